@@ -1,0 +1,88 @@
+// Op registration and validation. Kernels know nothing of torch: this file checks tensors, picks the
+// device's implementation and hands raw pointers to it.
+#include "torch_binding.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "registration.h"
+
+#ifdef CPU_KERNEL
+#include "csrc/img2gray_cpu/img2gray_cpu.h"
+#endif
+
+#if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+#include <c10/core/DeviceGuard.h>
+
+#include "csrc/img2gray_cuda/img2gray_gpu.h"
+#if defined(ROCM_KERNEL)
+// This file is not hipified: take the HIP stream through torch's CUDA-masquerading API.
+#include <ATen/hip/impl/HIPStreamMasqueradingAsCUDA.h>
+static void* current_stream(const at::Device&) {
+  return c10::hip::getCurrentHIPStreamMasqueradingAsCUDA().stream();
+}
+#else
+#include <ATen/cuda/CUDAContext.h>
+static void* current_stream(const at::Device& device) {
+  return at::cuda::getCurrentCUDAStream(device.index()).stream();
+}
+#endif
+#endif
+
+namespace {
+
+void check_arguments(const at::Tensor& out, const at::Tensor& image) {
+  TORCH_CHECK(image.scalar_type() == at::kByte, "img2gray: image must be uint8, got ", image.scalar_type());
+  TORCH_CHECK(image.dim() >= 3, "img2gray: image must have shape (..., H, W, 3), got ", image.dim(),
+              "-D shape ", image.sizes());
+  TORCH_CHECK(image.size(-1) == 3, "img2gray: image must have 3 channels (RGB) in its last dimension, got ",
+              image.size(-1), " (shape ", image.sizes(), ")",
+              image.size(-1) == 4 ? "; for RGBA drop the alpha channel first: image[..., :3]" : "");
+  TORCH_CHECK(out.scalar_type() == at::kByte, "img2gray: out must be uint8, got ", out.scalar_type());
+  const auto expected = image.sizes().slice(0, image.dim() - 1);
+  TORCH_CHECK(out.sizes() == expected, "img2gray: out must have shape ", expected, ", got ", out.sizes());
+  TORCH_CHECK(out.device() == image.device(), "img2gray: out and image must be on the same device, got out on ",
+              out.device(), " and image on ", image.device());
+  TORCH_CHECK(out.is_contiguous(), "img2gray: out must be contiguous, got strides ", out.strides());
+  TORCH_CHECK(!out.is_alias_of(image), "img2gray: out must not share memory with image");
+}
+
+}  // namespace
+
+void img2gray(at::Tensor& out, const at::Tensor& image) {
+  check_arguments(out, image);
+  if (out.numel() == 0) return;
+  // Kernels read packed rows: a strided view (a crop, a channels-first permute) is packed once here.
+  const at::Tensor rgb = image.contiguous();
+  const int64_t width = image.size(-2);
+  const int64_t rows = out.numel() / width;
+
+  if (image.device().is_cpu()) {
+#ifdef CPU_KERNEL
+    grayscale::rgb_to_gray_cpu(rgb.const_data_ptr<uint8_t>(), out.mutable_data_ptr<uint8_t>(), out.numel());
+    return;
+#endif
+  }
+#if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+  if (image.device().is_cuda()) {
+    const c10::DeviceGuard guard(image.device());
+    const char* error = grayscale::rgb_to_gray_gpu(rgb.const_data_ptr<uint8_t>(), out.mutable_data_ptr<uint8_t>(),
+                                                  rows, width, current_stream(image.device()));
+    TORCH_CHECK(error == nullptr, "img2gray: kernel launch failed: ", error);
+    return;
+  }
+#endif
+  TORCH_CHECK(false, "img2gray: no implementation for device ", image.device(), " in this build");
+}
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  ops.def("img2gray(Tensor! out, Tensor image) -> ()");
+#ifdef CPU_KERNEL
+  ops.impl("img2gray", c10::kCPU, &img2gray);
+#endif
+#if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+  ops.impl("img2gray", c10::kCUDA, &img2gray);
+#endif
+}
+
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
