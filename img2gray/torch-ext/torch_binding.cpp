@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <string>
+
 #include "registration.h"
 
 #ifdef CPU_KERNEL
@@ -31,14 +33,17 @@ static void* current_stream(const at::Device& device) {
 
 namespace {
 
+// "torch.int8" rather than c10's "Char": the name users write.
+std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+
 void check_arguments(const at::Tensor& out, const at::Tensor& image) {
-  TORCH_CHECK(image.scalar_type() == at::kByte, "img2gray: image must be uint8, got ", image.scalar_type());
+  TORCH_CHECK(image.scalar_type() == at::kByte, "img2gray: image must be torch.uint8, got ", dtype_name(image.scalar_type()));
   TORCH_CHECK(image.dim() >= 3, "img2gray: image must have shape (..., H, W, 3), got ", image.dim(),
               "-D shape ", image.sizes());
   TORCH_CHECK(image.size(-1) == 3, "img2gray: image must have 3 channels (RGB) in its last dimension, got ",
               image.size(-1), " (shape ", image.sizes(), ")",
               image.size(-1) == 4 ? "; for RGBA drop the alpha channel first: image[..., :3]" : "");
-  TORCH_CHECK(out.scalar_type() == at::kByte, "img2gray: out must be uint8, got ", out.scalar_type());
+  TORCH_CHECK(out.scalar_type() == at::kByte, "img2gray: out must be torch.uint8, got ", dtype_name(out.scalar_type()));
   const auto expected = image.sizes().slice(0, image.dim() - 1);
   TORCH_CHECK(out.sizes() == expected, "img2gray: out must have shape ", expected, ", got ", out.sizes());
   TORCH_CHECK(out.device() == image.device(), "img2gray: out and image must be on the same device, got out on ",

@@ -31,5 +31,6 @@ def img2gray(image: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.T
 def _img2gray_fake(out: torch.Tensor, image: torch.Tensor) -> None:
     # Mutates `out` in place; the shapes the real op checks are checked here too, so tracing fails early.
     torch._check(image.dim() >= 3 and image.shape[-1] == 3, lambda: f"img2gray: image must be (..., H, W, 3), got {tuple(image.shape)}")
+    torch._check(out.device == image.device, lambda: f"img2gray: out and image must be on the same device, got out on {out.device} and image on {image.device}")
     torch._check(tuple(out.shape) == tuple(image.shape[:-1]), lambda: f"img2gray: out must have shape {tuple(image.shape[:-1])}, got {tuple(out.shape)}")
     return None

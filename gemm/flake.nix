@@ -1,0 +1,14 @@
+{
+  description = "kernels-community/gemm: built by kernel-builder (nix build -L)";
+
+  inputs = {
+    kernel-builder.url = "github:huggingface/kernels";
+  };
+
+  outputs =
+    { self, kernel-builder, ... }:
+    kernel-builder.lib.genKernelFlakeOutputs {
+      inherit self;
+      path = ./.;
+    };
+}
