@@ -57,12 +57,27 @@ def time_graph(fn, inputs, reps=20, calls_per_graph=10):
 
 
 def copy_bandwidth():
-    """Device-to-device copy of 2 GiB: bytes read + written per second."""
+    """Device-to-device copy of 2 GiB, bytes read + written per second: the best of a memcpy
+    (tensor.copy_) and an elementwise float32 kernel, so the ceiling is not understated."""
     n = 2**31
     src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    us, _ = time_graph(lambda x: dst.copy_(x), [src], reps=20, calls_per_graph=5)
-    return 2 * n / (us * 1e-6)
+    s32, d32 = src.view(torch.float32), dst.view(torch.float32)
+    best = 0.0
+    for name, fn in [("memcpy", lambda x: dst.copy_(x)), ("fp32 kernel", lambda x: torch.mul(s32, 1.0, out=d32))]:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        fn(src)
+        samples = []
+        for _ in range(10):
+            start.record()
+            fn(src)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e-3)
+        bps = 2 * n / statistics.median(samples)
+        print(f"copy ({name}): {bps / 1e12:.3f} TB/s", flush=True)
+        best = max(best, bps)
+    return best
 
 
 def main():

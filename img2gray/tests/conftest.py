@@ -1,3 +1,11 @@
+import sys
+from pathlib import Path
+
+# `python -m pytest img2gray/tests` from the repository root puts the root on sys.path, where the kernel
+# *directory* would shadow the installed package as a namespace package. Drop that entry.
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT]
+
 import pytest
 import torch
 

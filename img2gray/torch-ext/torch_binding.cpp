@@ -36,19 +36,32 @@ namespace {
 // "torch.int8" rather than c10's "Char": the name users write.
 std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
+// Messages are built from strings only (numbers through std::to_string): streaming an integer into
+// c10::str's ostringstream crashed on the H200 machine, where the extension's libstdc++ headers (gcc 13)
+// are newer than the libstdc++ the process loads, and an error path must never crash.
+// "[4, 5, 3]"
+std::string shape_str(c10::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
 void check_arguments(const at::Tensor& out, const at::Tensor& image) {
   TORCH_CHECK(image.scalar_type() == at::kByte, "img2gray: image must be torch.uint8, got ", dtype_name(image.scalar_type()));
-  TORCH_CHECK(image.dim() >= 3, "img2gray: image must have shape (..., H, W, 3), got ", image.dim(),
-              "-D shape ", image.sizes());
-  TORCH_CHECK(image.size(-1) == 3, "img2gray: image must have 3 channels (RGB) in its last dimension, got ",
-              image.size(-1), " (shape ", image.sizes(), ")",
-              image.size(-1) == 4 ? "; for RGBA drop the alpha channel first: image[..., :3]" : "");
+  TORCH_CHECK(image.dim() >= 3, "img2gray: image must have shape (..., H, W, 3), got ", std::to_string(image.dim()),
+              "-D shape ", shape_str(image.sizes()));
+  const int64_t channels = image.size(-1);
+  const std::string hint = channels == 4 ? "; for RGBA drop the alpha channel first: image[..., :3]" : "";
+  TORCH_CHECK(channels == 3, "img2gray: image must have 3 channels (RGB) in its last dimension, got ",
+              std::to_string(channels),
+              " (shape ", shape_str(image.sizes()), ")", hint);
   TORCH_CHECK(out.scalar_type() == at::kByte, "img2gray: out must be torch.uint8, got ", dtype_name(out.scalar_type()));
   const auto expected = image.sizes().slice(0, image.dim() - 1);
-  TORCH_CHECK(out.sizes() == expected, "img2gray: out must have shape ", expected, ", got ", out.sizes());
+  TORCH_CHECK(out.sizes() == expected, "img2gray: out must have shape ", shape_str(expected), ", got ",
+              shape_str(out.sizes()));
   TORCH_CHECK(out.device() == image.device(), "img2gray: out and image must be on the same device, got out on ",
-              out.device(), " and image on ", image.device());
-  TORCH_CHECK(out.is_contiguous(), "img2gray: out must be contiguous, got strides ", out.strides());
+              out.device().str(), " and image on ", image.device().str());
+  TORCH_CHECK(out.is_contiguous(), "img2gray: out must be contiguous, got strides ", shape_str(out.strides()));
   TORCH_CHECK(!out.is_alias_of(image), "img2gray: out must not share memory with image");
 }
 
@@ -77,7 +90,7 @@ void img2gray(at::Tensor& out, const at::Tensor& image) {
     return;
   }
 #endif
-  TORCH_CHECK(false, "img2gray: no implementation for device ", image.device(), " in this build");
+  TORCH_CHECK(false, "img2gray: no implementation for device ", image.device().str(), " in this build");
 }
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
