@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import img2gray
-from reference import gray_reference, random_image
+from img2gray_reference import gray_reference, random_image
 
 SHAPES = [
     (1, 1, 3),

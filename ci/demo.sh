@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The main job: set up, build, then run each kernel's demo on the fastest backend available.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh
+PYTHON=${PYTHON:-python3}
+$PYTHON img2gray/examples/demo.py --out-dir demo-output
+if [ -f gemm/examples/demo.py ]; then $PYTHON gemm/examples/demo.py; fi
