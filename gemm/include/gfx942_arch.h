@@ -15,6 +15,7 @@
 //   mfma_16x16x32_fp8(a, b, c) -> f32x4, mfma_32x32x16_fp8(a, b, c) -> f32x16
 //       wave-wide; a/b = the lane's 8 e4m3fnuz bytes, byte i = item i of shared/amd_mfma/*.json
 //   shfl(v, src_lane)                ds_bpermute semantics (read v from lane src_lane)
+//   opaque(v)                        returns v; hides it from the optimiser (see below)
 // Vector types u32x4 / f32x4 / f32x16 are defined here for every mode (the emulator header must
 // not redefine them; it sees FP8GEMM_ARCH_TYPES_DEFINED).
 #pragma once
@@ -63,8 +64,12 @@ constexpr int kLdsBytesPerCu = 65536;
 
 #if defined(FP8GEMM_SIMT_EMULATION)
 
-// Provides every function of the API above, in namespace fp8gemm::arch, for the CPU.
+// Provides every function of the API above except opaque(), in namespace fp8gemm::arch, for the CPU.
 #include "gfx942_simt_emulation.h"
+
+namespace fp8gemm::arch {
+inline int opaque(int v) { return v; }
+}  // namespace fp8gemm::arch
 
 #elif defined(FP8GEMM_HIP)
 
@@ -117,6 +122,7 @@ FP8GEMM_DEVICE f32x4 mfma_16x16x32_fp8(uint64_t a, uint64_t b, f32x4 c) {
 #if defined(__HIP_DEVICE_COMPILE__)
   return __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(static_cast<long>(a), static_cast<long>(b), c, 0, 0, 0);
 #else
+  (void)a, (void)b;
   return c;  // host pass: never executed
 #endif
 }
@@ -124,6 +130,7 @@ FP8GEMM_DEVICE f32x16 mfma_32x32x16_fp8(uint64_t a, uint64_t b, f32x16 c) {
 #if defined(__HIP_DEVICE_COMPILE__)
   return __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(static_cast<long>(a), static_cast<long>(b), c, 0, 0, 0);
 #else
+  (void)a, (void)b;
   return c;
 #endif
 }
@@ -132,8 +139,19 @@ FP8GEMM_DEVICE int shfl(int v, int src_lane) {
 #if defined(__HIP_DEVICE_COMPILE__)
   return __builtin_amdgcn_ds_bpermute(src_lane << 2, v);
 #else
+  (void)src_lane;
   return v;
 #endif
+}
+
+// Returns v unchanged, but the compiler can no longer see where it came from. Used inside a loop
+// on a lane-dependent base so that the addresses derived from it are recomputed per iteration
+// (one v_add each) instead of being hoisted out of the loop and pinning a VGPR apiece.
+FP8GEMM_DEVICE int opaque(int v) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  asm volatile("" : "+v"(v));
+#endif
+  return v;
 }
 
 }  // namespace fp8gemm::arch

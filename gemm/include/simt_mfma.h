@@ -73,25 +73,34 @@ inline const Fnuz& fnuz_table() {
 
 namespace detail {
 
-// Computes every lane's D from every lane's (a, b, c) deposited in the wave's lanes.
+// Computes every lane's D from every lane's (a, b, c) deposited in the wave's lanes. The operand
+// matrices are rebuilt from the register bytes through the tables; B is kept transposed so each
+// dot product runs over contiguous K. Four partial sums: the sum is exact in any order.
+template <int M, int N, int K, int Items>
 inline void mfma_compute(const MfmaLayout& t, Lane* lanes) {
   const Fnuz& f = fnuz_table();
-  double A[32][32], B[32][32];
+  alignas(64) double A[M][K], Bt[N][K];
   for (int l = 0; l < 64; ++l) {
+    const uint64_t a = lanes[l].op_a, b = lanes[l].op_b;
     for (int i = 0; i < 8; ++i) {
       // item i = byte i of the lane's 64-bit operand (v0 = low dword, byte 0 = v0[7:0]).
-      const uint8_t ab = static_cast<uint8_t>(lanes[l].op_a >> (8 * i));
-      const uint8_t bb = static_cast<uint8_t>(lanes[l].op_b >> (8 * i));
-      A[t.a_row[l][i]][t.a_k[l][i]] = f.v[ab];
-      B[t.b_k[l][i]][t.b_col[l][i]] = f.v[bb];
+      A[t.a_row[l][i]][t.a_k[l][i]] = f.v[static_cast<uint8_t>(a >> (8 * i))];
+      Bt[t.b_col[l][i]][t.b_k[l][i]] = f.v[static_cast<uint8_t>(b >> (8 * i))];
     }
   }
+  static_assert(K % 4 == 0, "K");
   for (int l = 0; l < 64; ++l) {
-    for (int i = 0; i < t.d_items; ++i) {
-      const int r = t.d_row[l][i], c = t.d_col[l][i];
-      double s = 0;
-      for (int k = 0; k < t.K; ++k) s += A[r][k] * B[k][c];
-      lanes[l].op_d[i] = static_cast<float>(s + static_cast<double>(lanes[l].op_c[i]));
+    for (int i = 0; i < Items; ++i) {
+      const double* x = A[t.d_row[l][i]];
+      const double* y = Bt[t.d_col[l][i]];
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int k = 0; k < K; k += 4) {
+        s0 += x[k] * y[k];
+        s1 += x[k + 1] * y[k + 1];
+        s2 += x[k + 2] * y[k + 2];
+        s3 += x[k + 3] * y[k + 3];
+      }
+      lanes[l].op_d[i] = static_cast<float>(((s0 + s1) + (s2 + s3)) + static_cast<double>(lanes[l].op_c[i]));
     }
   }
 }
@@ -107,7 +116,11 @@ inline Vec mfma(const MfmaLayout& t, WaveOp op, uint64_t a, uint64_t b, const Ve
   l.op_b = b;
   for (int i = 0; i < N; ++i) l.op_c[i] = c[i];
   wave_collective(l, op, site, [&](Wave& wave) {
-    mfma_compute(t, &(*l.wg->lanes)[static_cast<size_t>(wave.first_tid)]);
+    Lane* wave_lanes = &(*l.wg->lanes)[static_cast<size_t>(wave.first_tid)];
+    if (N == 4)
+      mfma_compute<16, 16, 32, 4>(t, wave_lanes);
+    else
+      mfma_compute<32, 32, 16, 16>(t, wave_lanes);
     (op == WaveOp::kMfma16x16x32 ? stats().mfma16 : stats().mfma32).fetch_add(1, std::memory_order_relaxed);
   });
   Vec d = c;

@@ -100,13 +100,21 @@ inline std::string site_str(const std::source_location& s) {
   return std::string(slash ? slash + 1 : f) + ":" + std::to_string(s.line());
 }
 
+inline std::string seconds_str(double s) {
+  std::ostringstream o;
+  o << s << " s";
+  return o.str();
+}
+
 inline bool same_site(const std::source_location& a, const std::source_location& b) {
-  return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
+  return a.line() == b.line() && a.column() == b.column() &&
+         (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fibers. x86-64: a 30-instruction context switch (callee-saved registers, MXCSR and x87 control
-// word), no syscall (swapcontext would cost a sigprocmask per switch). Elsewhere: ucontext.
+// Fibers. x86-64: a 14-instruction context switch of the callee-saved registers, no syscall
+// (swapcontext would cost a sigprocmask per switch). MXCSR / x87 control words are not switched:
+// every fiber starts with the launching thread's and kernels never change them. Elsewhere: ucontext.
 #if defined(__x86_64__)
 extern "C" void fp8gemm_simt_switch(void** save_sp, void* new_sp);
 extern "C" void fp8gemm_simt_trampoline();
@@ -121,14 +129,8 @@ fp8gemm_simt_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $16, %rsp
-  stmxcsr 8(%rsp)
-  fnstcw (%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr 8(%rsp)
-  fldcw (%rsp)
-  addq $16, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -294,7 +296,6 @@ struct LaunchState {
 };
 
 inline thread_local Lane* tl_lane = nullptr;
-inline thread_local Workgroup* tl_wg = nullptr;
 
 inline std::string where(const Workgroup& wg) {
   std::ostringstream o;
@@ -341,8 +342,8 @@ inline void check_deadline(Lane& l) {
     LaunchState& ls = *l.wg->launch;
     if (ls.cancel.load(std::memory_order_relaxed)) fault("launch cancelled (another workgroup failed)");
     if (std::chrono::steady_clock::now() > ls.deadline)
-      fault("timeout: launch still running after " + std::to_string(ls.timeout_s) +
-            " s (a lane spinning without reaching a barrier?)");
+      fault("timeout: launch still running after " + seconds_str(ls.timeout_s) +
+            " (a lane spinning without reaching a barrier?)");
   }
 }
 
@@ -378,22 +379,17 @@ inline void fiber_main_ucontext(unsigned hi, unsigned lo) {
 inline void init_fiber(Lane& l) {
   uint8_t* top = l.fiber.stack.base + l.fiber.stack.bytes;
 #if defined(__x86_64__)
-  uintptr_t entry_rsp = (reinterpret_cast<uintptr_t>(top) - 64) & ~uintptr_t{15};
-  uint64_t* sp = reinterpret_cast<uint64_t*>(entry_rsp - 72);
-  uint32_t mxcsr;
-  uint16_t fcw;
-  asm volatile("stmxcsr %0" : "=m"(mxcsr));
-  asm volatile("fnstcw %0" : "=m"(fcw));
-  std::memset(sp, 0, 72);
-  std::memcpy(reinterpret_cast<uint8_t*>(sp), &fcw, sizeof(fcw));
-  std::memcpy(reinterpret_cast<uint8_t*>(sp) + 8, &mxcsr, sizeof(mxcsr));
-  sp[2] = 0;                                                 // r15
-  sp[3] = 0;                                                 // r14
-  sp[4] = reinterpret_cast<uint64_t>(&fiber_main);           // r13: entry
-  sp[5] = reinterpret_cast<uint64_t>(&l);                    // r12: argument
-  sp[6] = 0;                                                 // rbx
-  sp[7] = 0;                                                 // rbp
-  sp[8] = reinterpret_cast<uint64_t>(&fp8gemm_simt_trampoline);  // return address
+  // Frame popped by fp8gemm_simt_switch: r15 r14 r13 r12 rbx rbp, then the return address
+  // (the trampoline), which starts with rsp 16-byte aligned as a `call` needs.
+  const uintptr_t entry_rsp = (reinterpret_cast<uintptr_t>(top) - 64) & ~uintptr_t{15};
+  uint64_t* sp = reinterpret_cast<uint64_t*>(entry_rsp - 56);
+  sp[0] = 0;                                                     // r15
+  sp[1] = 0;                                                     // r14
+  sp[2] = reinterpret_cast<uint64_t>(&fiber_main);               // r13: entry
+  sp[3] = reinterpret_cast<uint64_t>(&l);                        // r12: argument
+  sp[4] = 0;                                                     // rbx
+  sp[5] = 0;                                                     // rbp
+  sp[6] = reinterpret_cast<uint64_t>(&fp8gemm_simt_trampoline);  // return address
   l.fiber.sp = sp;
 #else
   getcontext(&l.fiber.ctx);
@@ -501,6 +497,17 @@ inline std::string describe_blocked(Workgroup& wg) {
       << "): " << s;
     i = j;
   }
+  // A wave stuck in a collective: name the lanes that never arrived and where they are.
+  for (const Wave& w : wg.waves) {
+    if (w.arrived == 0 || w.arrived == w.n_lanes) continue;
+    o << "\n  wave " << (w.first_tid / kWaveSize) << " diverged around " << wave_op_name(w.op) << " at "
+      << site_str(w.op_site) << ": lanes";
+    for (int t = w.first_tid; t < w.first_tid + w.n_lanes; ++t) {
+      const Lane& l = lanes[static_cast<size_t>(t)];
+      if (l.state != LaneState::kAtWaveOp) o << " " << l.lane << " (" << state_of(l) << ")";
+    }
+    o << " never arrived";
+  }
   return o.str();
 }
 
@@ -516,7 +523,6 @@ inline void run_workgroup(Workgroup& wg) {
     l.cached_buffer = 0;
     init_fiber(l);
   }
-  tl_wg = &wg;
   LaunchState& ls = *wg.launch;
   while (wg.done < wg.n_lanes) {
     bool progressed = false;
@@ -526,29 +532,24 @@ inline void run_workgroup(Workgroup& wg) {
       resume(wg, l);
       progressed = true;
       if (wg.failed) {
-        tl_wg = nullptr;
         throw KernelError("simt: " + wg.error);
       }
     }
     if (wg.done == wg.n_lanes) break;
     if (!progressed) {
-      tl_wg = nullptr;
       throw KernelError("simt: " + where(wg) +
                         ": deadlock: no lane can proceed (a barrier some lanes never reach, or a wave that "
                         "diverged around a wave-wide operation):" +
                         describe_blocked(wg));
     }
     if (ls.cancel.load(std::memory_order_relaxed)) {
-      tl_wg = nullptr;
       throw KernelError("simt: " + where(wg) + ": cancelled");
     }
     if (std::chrono::steady_clock::now() > ls.deadline) {
-      tl_wg = nullptr;
-      throw KernelError("simt: " + where(wg) + ": timeout after " + std::to_string(ls.timeout_s) + " s:" +
+      throw KernelError("simt: " + where(wg) + ": timeout after " + seconds_str(ls.timeout_s) + ":" +
                         describe_blocked(wg));
     }
   }
-  tl_wg = nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -624,6 +625,7 @@ inline int shfl(int v, int src_lane, const std::source_location& site) {
 // LDS.
 
 inline void lds_check(Lane& l, const void* p, size_t size, size_t align, bool write, const std::source_location& site) {
+  check_deadline(l);  // a lane spinning on an LDS flag never yields: the timeout must still fire
   Workgroup& wg = *l.wg;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t base = reinterpret_cast<uintptr_t>(wg.lds);
@@ -634,7 +636,8 @@ inline void lds_check(Lane& l, const void* p, size_t size, size_t align, bool wr
       << " is out of bounds (LDS size " << wg.lds_bytes << " bytes) at " << site_str(site);
     fault(o.str());
   }
-  if (a % align != 0) {
+  // LDS addresses start at 0 on the GPU: alignment is that of the offset.
+  if ((a - base) % align != 0) {
     std::ostringstream o;
     o << kind << " of " << size << " bytes at LDS offset " << (a - base) << " is misaligned (needs " << align
       << ") at " << site_str(site);
@@ -858,13 +861,28 @@ inline double env_double(const char* name, double fallback) {
   return v != nullptr && *v != '\0' ? std::atof(v) : fallback;
 }
 
-inline void worker(LaunchState& ls) {
+inline void record_error(LaunchState& ls, const char* what) {
+  std::lock_guard<std::mutex> g(ls.error_mu);
+  if (ls.first_error.empty()) ls.first_error = what;
+  ls.cancel.store(true);
+}
+
+inline void worker_impl(LaunchState& ls) {
   install_segv_handler_for_thread();
   const int n_lanes = ls.block_threads;
   const size_t stack_bytes = options().fiber_stack_bytes;
   auto set = take_lane_set(n_lanes, stack_bytes);
   ensure_stacks(*set, n_lanes, stack_bytes);
-  std::vector<uint8_t> lds(std::max<size_t>(ls.lds_bytes, 1));
+  // Page-aligned, like the LDS aperture (offset 0 is aligned for any access width).
+  const size_t lds_alloc = (std::max<size_t>(ls.lds_bytes, 1) + 4095) / 4096 * 4096;
+  std::unique_ptr<uint8_t, void (*)(void*)> lds_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, lds_alloc)), std::free);
+  if (!lds_mem) throw KernelError("simt: cannot allocate LDS");
+  const struct {
+    uint8_t* p;
+    size_t n;
+    uint8_t* data() const { return p; }
+    size_t size() const { return n; }
+  } lds{lds_mem.get(), std::max<size_t>(ls.lds_bytes, 1)};
   std::vector<LdsShadow> shadow(std::max<size_t>(ls.lds_bytes, 1));
   SchedulerContext sched;
   const int64_t n_wg = ls.grid.x * ls.grid.y * ls.grid.z;
@@ -898,14 +916,21 @@ inline void worker(LaunchState& ls) {
       run_workgroup(wg);
       stats().workgroups.fetch_add(1, std::memory_order_relaxed);
     }
-  } catch (KernelError& e) {
-    std::lock_guard<std::mutex> g(ls.error_mu);
-    if (ls.first_error.empty()) ls.first_error = e.what();
-    ls.cancel.store(true);
+  } catch (std::exception& e) {
+    record_error(ls, e.what());
   }
   // Stacks of abandoned fibers hold no resources we must release (kernels use PODs), so the set
   // can be reused as is.
   give_back_lane_set(std::move(set));
+}
+
+// Never lets an exception (KernelError, bad_alloc from a stack mapping, ...) escape a std::thread.
+inline void worker(LaunchState& ls) {
+  try {
+    worker_impl(ls);
+  } catch (std::exception& e) {
+    record_error(ls, e.what());
+  }
 }
 
 }  // namespace detail
@@ -955,8 +980,9 @@ inline void* device_alloc(size_t bytes, const std::string& name, bool writable =
   uint8_t* base = static_cast<uint8_t*>(m);
   mprotect(base, page, PROT_NONE);
   mprotect(base + page + body, page, PROT_NONE);
-  // Put the end of the buffer at the end of its pages so a small overrun hits the guard page.
-  uint8_t* p = base + page + (body - bytes) / 64 * 64;
+  // Start 256-byte aligned (what hipMalloc and torch's allocator give), end as close to the guard
+  // page as that allows; the bytes in between are not registered, so an overrun is still reported.
+  uint8_t* p = base + page + (body - bytes) / 256 * 256;
   std::memset(p, fill, bytes);
   register_buffer(p, bytes, name, writable);
   auto& r = detail::registry();

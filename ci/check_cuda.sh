@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# CI (no GPU): compile every CUDA source of the sm90 GEMM backend to PTX for sm_90a with the same
+# flags the torch extension uses, and check that each CUTLASS kernel variant really issues
+# warpgroup MMA (wgmma.mma_async) -- i.e. that nothing silently fell back to mma.sync/FFMA.
+# Needs nvcc and the CUTLASS headers of PyPI's nvidia-cutlass==4.2.0.0 (or $CUTLASS_INCLUDE_DIR).
+# On the H200 the SASS is checked too (QGMMA via cuobjdump, benchmarks/gemm_h200.py).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+cutlass="${CUTLASS_INCLUDE_DIR:-$(python3 -c 'import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include"))' 2>/dev/null || true)}"
+if [[ -z "$cutlass" || ! -d "$cutlass/cutlass" ]]; then
+  echo "check_cuda: CUTLASS headers not found: pip install nvidia-cutlass==4.2.0.0 or set CUTLASS_INCLUDE_DIR" >&2
+  exit 1
+fi
+jobs="${JOBS:-$(nproc)}"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+# torch.utils.cpp_extension's COMMON_NVCC_FLAGS + what kbuild adds for cuda-capabilities = ["9.0a"].
+flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -ptx
+       -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__
+       -D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr
+       -I"$cutlass" -I"$root/gemm/include" -I"$root/gemm/gemm_cuda")
+srcs=("$root"/gemm/gemm_cuda/*.cu)
+echo "check_cuda: $("$nvcc" --version | tail -1); ${#srcs[@]} sources, $jobs jobs"
+start=$SECONDS
+printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} sh -c \
+  'f="{}"; b=$(basename "$f" .cu); "$0" "$@" "$f" -o "'"$out"'/$b.ptx" 2> "'"$out"'/$b.err" || { echo "FAILED: $f"; cat "'"$out"'/$b.err"; exit 255; }' \
+  "$nvcc" "${flags[@]}"
+status=0
+for f in "${srcs[@]}"; do
+  b=$(basename "$f" .cu)
+  ptx="$out/$b.ptx"
+  n_wgmma=$(grep -c 'wgmma.mma_async' "$ptx" || true)
+  n_e4m3=$(grep -c 'wgmma.mma_async.*e4m3.e4m3' "$ptx" || true)
+  if [[ "$b" == sm90_* ]]; then
+    # Every kernel-variant TU must contain warpgroup MMAs of its operand type -- fp8 (e4m3 x e4m3),
+    # or fp16 for the exact-accumulation variant (sm90_f16*) -- and TMA loads.
+    n_tma=$(grep -c 'cp.async.bulk.tensor' "$ptx" || true)
+    want=e4m3xe4m3; n_want=$n_e4m3
+    if [[ "$b" == sm90_f16* ]]; then
+      want=f16xf16; n_want=$(grep -c 'wgmma.mma_async.*\.f16\.f16' "$ptx" || true)
+    fi
+    if [[ "$n_want" -eq 0 || "$n_tma" -eq 0 ]]; then
+      echo "FAIL $b: wgmma.mma_async $want = $n_want, cp.async.bulk.tensor = $n_tma"
+      status=1
+    else
+      echo "ok   $b: $n_wgmma wgmma.mma_async ($n_want $want), $n_tma cp.async.bulk.tensor"
+    fi
+  else
+    echo "ok   $b: compiled (launcher / preparation kernels)"
+  fi
+done
+echo "check_cuda: done in $((SECONDS - start)) s"
+exit $status

@@ -1,0 +1,584 @@
+// Launcher of the Hopper (sm_90a) FP8 block-scaled GEMM backend.
+//
+// Fast path: both operands K-major with 16-byte aligned rows, e4m3fn, per-row a_scale contiguous
+// along M with a 16-byte aligned K-block stride, b_scale contiguous along K, bf16 out row-major
+// with 16-byte aligned rows -> one CUTLASS kernel launch, nothing else.
+// Everything else is first brought into that form inside the caller's workspace (counted in the
+// call's time): operand transpose/pad/convert, scale copies, an output staging buffer.
+// See gemm/docs/cuda_sm90.md for the rules and the measured numbers.
+#include "gemm_cuda.h"
+#include "gemm_cuda_config.h"
+#include "gemm_shape_dispatch.h"
+#include "sm90_kernel_args.h"
+
+#include <cuda_runtime.h>
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace fp8gemm::cuda {
+namespace {
+
+constexpr int64_t kQB = kQuantBlock;  // 128
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+constexpr size_t align256(size_t x) { return (x + 255) & ~size_t{255}; }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// ------------------------------------------------------------------------------------------------
+// Tuned configurations: the fastest correct configuration of each challenge benchmark shape in the
+// H200 sweep of 2026-11-30 (benchmarks/gemm_h200.py --sweep; median of do_bench with L2 flushed,
+// K-major inputs). Shapes not listed take choose_generic(), which reproduces most of these choices.
+// ------------------------------------------------------------------------------------------------
+using SV = Sm90Variant;
+using SS = Sm90Split;
+constexpr TunedShape<Sm90Config> kTuned[] = {
+    {pack_shape(1024, 1536, 7168), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 2, false}},  // 27.3 us
+    {pack_shape(1024, 3072, 1536), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 1, false}},  // 17.3 us
+    {pack_shape(1024, 576, 7168), {SV::kPingpong64x128, SS::kDataParallel, 1, 1, false}},        // 22.2 us
+    {pack_shape(1024, 7168, 256), {SV::kPingpong64x128, SS::kDataParallel, 1, 1, false}},        // 13.0 us
+    {pack_shape(1024, 7168, 2048), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 2, false}},  // 34.0 us
+    {pack_shape(1024, 4608, 7168), {SV::kCoop128x128StreamK, SS::kStreamK, 1, 1, false}},        // 61.2 us
+    {pack_shape(1024, 7168, 2304), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 2, false}},  // 36.9 us
+    {pack_shape(1024, 512, 7168), {SV::kCoop128x128StreamK, SS::kSplitK, 2, 1, false}},          // 22.3 us
+    {pack_shape(1024, 4096, 512), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 2, false}},   // 11.6 us
+    {pack_shape(6144, 1536, 7168), {SV::kCoop128x128StreamK, SS::kStreamK, 1, 1, false}},        // 130.2 us
+    {pack_shape(6144, 3072, 1536), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 1, false}},  // 58.4 us
+    {pack_shape(6144, 576, 7168), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 1, false}},   // 54.1 us
+    {pack_shape(6144, 7168, 256), {SV::kPingpong64x128, SS::kDataParallel, 1, 2, false}},        // 42.6 us
+    {pack_shape(6144, 7168, 2048), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 2, false}},  // 165.3 us
+    {pack_shape(6144, 4608, 7168), {SV::kCoop128x128StreamK, SS::kStreamK, 1, 1, false}},        // 387.5 us
+    {pack_shape(6144, 7168, 2304), {SV::kCoop128x128Cluster2, SS::kDataParallel, 1, 1, false}},  // 185.0 us
+    {pack_shape(6144, 512, 7168), {SV::kCoop128x128StreamK, SS::kStreamK, 1, 1, false}},         // 51.3 us
+    {pack_shape(6144, 4096, 512), {SV::kPingpong64x128, SS::kDataParallel, 1, 1, false}},        // 37.8 us
+};
+static_assert(tuned_keys_unique(kTuned), "duplicate shape in the sm90 tuning table");
+
+int device_sm_count() {
+  // Cached per device: cudaDeviceGetAttribute is cheap, but this runs on every call.
+  static std::atomic<int> cache[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 132;
+  if (dev < 64) {
+    int v = cache[dev].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();
+    sms = 132;
+  }
+  if (dev < 64) cache[dev].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+bool f16_variant(SV v) { return v == SV::kF16Coop128x128StreamK; }
+bool swap_variant(SV v) { return v == SV::kSwap128x64StreamK; }
+bool stream_k_variant(SV v) {
+  return v == SV::kCoop128x128StreamK || v == SV::kSwap128x64StreamK || v == SV::kF16Coop128x128StreamK;
+}
+
+// GEMM_CUDA_EXACT_ACCUMULATION=1: run the fp16 exact-accumulation variant (read per call, so a
+// process can switch; getenv is a few hundred ns).
+bool exact_accumulation_requested() {
+  const char* v = std::getenv("GEMM_CUDA_EXACT_ACCUMULATION");
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+Sm90Config choose_generic(const GemmProblem& p, bool exact) {
+  Sm90Config c;
+  const int64_t sms = device_sm_count();
+  const int64_t kb = p.k_blocks();
+  const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128);  // 128x128 tiles
+  if (exact) {
+    c.variant = SV::kF16Coop128x128StreamK;
+    c.split = (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel;
+    return c;
+  }
+  if (p.m <= 64) {
+    // Decode-sized M: swap AB so the caller's N fills the 128-row MMA side.
+    c.variant = SV::kSwap128x64StreamK;
+    const int64_t swap_tiles = ceil_div(p.n, 128) * ceil_div(p.m, 64);
+    if (swap_tiles * 2 <= sms && kb >= 8) {
+      c.split = SS::kSplitK;
+      c.splits = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(sms / swap_tiles, kb / 4)));
+      if (c.splits == 1) c.split = SS::kDataParallel;
+    } else if (swap_tiles < sms * 4 && kb >= 8) {
+      c.split = SS::kStreamK;
+    }
+    return c;
+  }
+  // Rules read off the H200 sweep (docs/cuda_sm90.md): short K (<= 4 blocks) -> ping-pong 64x128,
+  // whose epilogue overlaps the other warpgroup's MMAs; fewer 128x128 tiles than SMs -> ping-pong
+  // (twice the tiles) or, for long K and very few tiles, split-K; a partial last wave with a long K
+  // -> stream-K; otherwise the 2x1 cluster with B multicast, data-parallel.
+  const double waves = double(tiles) / double(sms);
+  const double frac = waves - static_cast<double>(static_cast<int64_t>(waves));
+  if (kb <= 4) {
+    c.variant = SV::kPingpong64x128;
+  } else if (tiles * 4 <= sms && kb >= 16) {
+    c.variant = SV::kCoop128x128StreamK;
+    c.split = SS::kSplitK;
+    c.splits = static_cast<int32_t>(std::max<int64_t>(2, std::min<int64_t>(sms / (2 * tiles), kb / 8)));
+  } else if (tiles < sms && p.n <= 1024) {
+    c.variant = SV::kPingpong64x128;
+  } else if (kb >= 32 && frac > 0.0 && frac < 0.6) {
+    c.variant = SV::kCoop128x128StreamK;
+    c.split = SS::kStreamK;
+  } else {
+    c.variant = SV::kCoop128x128Cluster2;
+  }
+  return c;  // rasterisation swizzle 1: 2 helped some shapes by ~2 % and cost 6144x576x7168 60 %
+}
+
+// ------------------------------------------------------------------------------------------------
+// Plan: which preparation passes a problem needs and where their outputs live in the workspace.
+// Pure host arithmetic, shared by workspace_bytes() and gemm() so they always agree.
+// ------------------------------------------------------------------------------------------------
+struct Plan {
+  Sm90Config cfg;
+  bool f16 = false;   // operands converted to fp16 (exact-accumulation variant)
+  bool fnuz = false;  // e4m3fnuz bytes reinterpreted as e4m3fn (alpha = 1/4, +-240 fallback)
+  bool convert_a = false, convert_b = false;  // transpose / pad / fnuz->fn into workspace
+  int64_t k_kernel = 0;                       // K the kernel sees (k, or k padded to 16)
+  bool copy_sfa = false, copy_sfb = false;    // scale copies into the kernel's layouts
+  int64_t sfa_rows = 0;                       // per-row scale rows seen by the kernel (m or m padded to 4)
+  bool stage_out = false;                     // kernel writes a compact buffer, then a strided copy
+  int64_t staged_ld = 0;
+  // Workspace offsets (bytes).
+  size_t off_flag = 0, off_a = 0, off_b = 0, off_sfa = 0, off_sfb = 0, off_out = 0, off_kernel = 0;
+  size_t kernel_ws = 0, total = 0;
+  sm90::KernelArgs args;  // pointers relative to a null workspace until bind()
+};
+
+// Effective leading dimension of a matrix for TMA: if it has one row the stride is never used,
+// so any aligned value does.
+int64_t effective_ld(int64_t rows, int64_t ld, int64_t min_ld, int64_t align) {
+  return rows == 1 ? round_up(min_ld, align) : ld;
+}
+
+bool operand_direct(const uint8_t* ptr, int64_t rows, int64_t k, int64_t s_row, int64_t s_k) {
+  if (s_k != 1 || k % 16 != 0 || !aligned16(ptr)) return false;
+  const int64_t ld = effective_ld(rows, s_row, k, 16);
+  return ld % 16 == 0 && ld >= k;
+}
+
+bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb) {
+  // TMA over (rows, kb) contiguous along rows: 16-byte aligned base and K-block stride, rows % 4 == 0.
+  if (!aligned16(ptr) || rows % 4 != 0) return false;
+  if (s_row != 1 && rows > 1) return false;
+  const int64_t ld = kb == 1 ? rows : s_kb;
+  return ld % 4 == 0 && ld >= rows && ld <= INT32_MAX;
+}
+
+bool block_scales_direct(int64_t nb, int64_t kb, int64_t s_nb, int64_t s_kb) {
+  if (s_kb != 1 && kb > 1) return false;
+  const int64_t ld = nb == 1 ? kb : s_nb;
+  return ld >= kb && ld <= INT32_MAX;
+}
+
+Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
+  Plan pl;
+  pl.cfg = cfg;
+  const bool swap = swap_variant(cfg.variant);
+  pl.f16 = f16_variant(cfg.variant);
+  // fp16 copies hold fnuz values exactly: no reinterpretation, no flag, no fallback.
+  pl.fnuz = p.format == Fp8Format::kE4M3FNUZ && !pl.f16;
+  const int64_t kb = p.k_blocks();
+
+  pl.convert_a = pl.f16 || pl.fnuz || !operand_direct(p.a, p.m, p.k, p.a_stride_m, p.a_stride_k);
+  pl.convert_b = pl.f16 || pl.fnuz || !operand_direct(p.b, p.n, p.k, p.b_stride_n, p.b_stride_k);
+  if (p.k % 16 != 0) pl.convert_a = pl.convert_b = true;  // TMA rows must be 16-byte multiples
+  // Padded K: 16 bytes of fp8, or 8 fp16 elements (16 bytes).
+  pl.k_kernel = (pl.convert_a || pl.convert_b) ? round_up(p.k, pl.f16 ? 8 : 16) : p.k;
+  const size_t elem = pl.f16 ? 2 : 1;
+
+  pl.copy_sfa = !row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb);
+  pl.sfa_rows = pl.copy_sfa ? round_up(p.m, 4) : p.m;
+  pl.copy_sfb = !block_scales_direct(p.n_blocks(), kb, p.b_scale_stride_nb, p.b_scale_stride_kb);
+
+  const int64_t out_ld = effective_ld(p.m, p.out_stride_m, p.n, 8);
+  const bool out_direct = p.out_stride_n == 1 && out_ld % 8 == 0 && out_ld >= p.n &&
+                          aligned16(p.out);
+  pl.stage_out = !out_direct;
+  pl.staged_ld = round_up(p.n, 8);
+
+  // Workspace layout.
+  size_t off = 0;
+  if (pl.fnuz) { pl.off_flag = off; off += 256; }
+  if (pl.convert_a) { pl.off_a = off; off = align256(off + elem * size_t(p.m) * size_t(pl.k_kernel)); }
+  if (pl.convert_b) { pl.off_b = off; off = align256(off + elem * size_t(p.n) * size_t(pl.k_kernel)); }
+  if (pl.copy_sfa) { pl.off_sfa = off; off = align256(off + sizeof(float) * size_t(pl.sfa_rows) * size_t(kb)); }
+  if (pl.copy_sfb) { pl.off_sfb = off; off = align256(off + sizeof(float) * size_t(p.n_blocks()) * size_t(kb)); }
+  if (pl.stage_out) { pl.off_out = off; off = align256(off + 2 * size_t(p.m) * size_t(pl.staged_ld)); }
+  pl.off_kernel = off;
+
+  // Kernel arguments (pointers into the workspace are offsets here; bind() adds the base).
+  sm90::KernelArgs a;
+  const uint8_t* A = pl.convert_a ? reinterpret_cast<const uint8_t*>(pl.off_a) : p.a;
+  const int64_t lda = pl.convert_a ? pl.k_kernel : effective_ld(p.m, p.a_stride_m, p.k, 16);  // elements
+  const uint8_t* B = pl.convert_b ? reinterpret_cast<const uint8_t*>(pl.off_b) : p.b;
+  const int64_t ldb = pl.convert_b ? pl.k_kernel : effective_ld(p.n, p.b_stride_n, p.k, 16);
+  const float* SFA = pl.copy_sfa ? reinterpret_cast<const float*>(pl.off_sfa) : p.a_scale;
+  const int64_t sfa_ld = pl.copy_sfa ? pl.sfa_rows : (kb == 1 ? p.m : p.a_scale_stride_kb);
+  const float* SFB = pl.copy_sfb ? reinterpret_cast<const float*>(pl.off_sfb) : p.b_scale;
+  const int64_t sfb_ld = pl.copy_sfb ? kb : (p.n_blocks() == 1 ? kb : p.b_scale_stride_nb);
+  void* D = pl.stage_out ? reinterpret_cast<void*>(pl.off_out) : static_cast<void*>(p.out);
+  const int64_t ldd = pl.stage_out ? pl.staged_ld : out_ld;
+
+  a.k = static_cast<int32_t>(pl.k_kernel);
+  if (!swap) {
+    a.m = static_cast<int32_t>(p.m); a.n = static_cast<int32_t>(p.n);
+    a.a = A; a.lda = lda; a.b = B; a.ldb = ldb;
+    a.sfa = SFA; a.sfa_ld = static_cast<int32_t>(sfa_ld); a.sfa_rows = static_cast<int32_t>(pl.sfa_rows);
+    a.sfb = SFB; a.sfb_ld = static_cast<int32_t>(sfb_ld); a.sfb_rows = static_cast<int32_t>(p.n_blocks());
+  } else {
+    // Transposed problem: out^T (n x m) = b (n x k) . a^T; out^T is column-major with ld = out's row stride.
+    a.m = static_cast<int32_t>(p.n); a.n = static_cast<int32_t>(p.m);
+    a.a = B; a.lda = ldb; a.b = A; a.ldb = lda;
+    a.sfa = SFB; a.sfa_ld = static_cast<int32_t>(sfb_ld); a.sfa_rows = static_cast<int32_t>(p.n_blocks());
+    a.sfb = SFA; a.sfb_ld = static_cast<int32_t>(sfa_ld); a.sfb_rows = static_cast<int32_t>(pl.sfa_rows);
+  }
+  a.d = D; a.ldd = ldd;
+  a.alpha = pl.fnuz ? 0.25f : 1.0f;  // fnuz bits read as fn are 2x per operand
+  a.decomposition = static_cast<sm90::Decomposition>(cfg.split);
+  a.splits = std::max<int32_t>(1, cfg.splits);
+  a.max_swizzle = std::max<int32_t>(1, cfg.max_swizzle);
+  a.raster_along_n = cfg.raster_along_n;
+  a.sm_count = device_sm_count();
+  if (!stream_k_variant(cfg.variant)) a.decomposition = sm90::Decomposition::kDataParallel;
+  pl.args = a;
+
+  switch (cfg.variant) {
+    case SV::kCoop128x128StreamK: pl.kernel_ws = sm90::coop128x128_sk_workspace_bytes(a); break;
+    case SV::kCoop128x128Cluster2: pl.kernel_ws = sm90::coop128x128_c2_workspace_bytes(a); break;
+    case SV::kPingpong64x128: pl.kernel_ws = sm90::pingpong64x128_workspace_bytes(a); break;
+    case SV::kSwap128x64StreamK: pl.kernel_ws = sm90::swap128x64_sk_workspace_bytes(a); break;
+    case SV::kF16Coop128x128StreamK: pl.kernel_ws = sm90::f16coop128x128_sk_workspace_bytes(a); break;
+  }
+  pl.total = align256(off + pl.kernel_ws);
+  return pl;
+}
+
+bool problem_valid(const GemmProblem& p) {
+  if (p.m < 1 || p.n < 1 || p.k < 1) return false;
+  if (!shape_packable(p.m, p.n, p.k)) return false;  // 21-bit dims: also keeps int32 kernel sizes safe
+  if (!p.a || !p.b || !p.a_scale || !p.b_scale || !p.out) return false;
+  if (p.format != Fp8Format::kE4M3FN && p.format != Fp8Format::kE4M3FNUZ) return false;
+  return true;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Preparation kernels.
+// ------------------------------------------------------------------------------------------------
+
+// Copies a (rows, k) fp8 operand of any strides into a K-major (rows, k_pad) buffer, zero-filling
+// k in [k, k_pad). For e4m3fnuz input it maps 0x80 (fnuz NaN; fn would read -0) to 0x7f (fn NaN)
+// and raises *flag when it meets 0x7f/0xff (fnuz +-240, not representable after the 2x reinterpretation).
+// 128 x 64 byte tiles through shared memory; 4-byte global loads along whichever dimension is
+// contiguous when alignment allows, bytes otherwise.
+constexpr int kTR = 128, kTK = 64, kPitch = kTK + 1;
+
+__device__ __forceinline__ float decode_fp8(uint8_t b, bool fnuz);
+
+// kToHalf: write fp16 (the exact value of each fp8 byte, fn or fnuz) instead of fp8 bytes.
+template <bool kToHalf>
+__global__ void __launch_bounds__(256) convert_operand_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t k,
+                                                              int64_t s_row, int64_t s_k, void* __restrict__ dst_raw,
+                                                              int64_t k_pad, int fnuz, int* flag) {
+  __shared__ uint8_t tile[kTR * kPitch];
+  const int64_t r0 = int64_t(blockIdx.y) * kTR, k0 = int64_t(blockIdx.x) * kTK;
+  const int t = threadIdx.x;
+  const bool rows_contig = s_row == 1 && (s_k % 4) == 0 && (reinterpret_cast<uintptr_t>(src) & 3) == 0 &&
+                           r0 + kTR <= rows;
+  const bool k_contig = s_k == 1 && (s_row % 4) == 0 && (reinterpret_cast<uintptr_t>(src) & 3) == 0 && k0 + kTK <= k;
+  if (rows_contig) {
+    // Word w of k-column c holds rows 4w..4w+3.
+    for (int i = t; i < (kTR / 4) * kTK; i += 256) {
+      const int w = i % (kTR / 4), c = i / (kTR / 4);
+      uint32_t v = 0;
+      if (k0 + c < k) v = *reinterpret_cast<const uint32_t*>(src + (r0 + 4 * w) + (k0 + c) * s_k);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) tile[(4 * w + j) * kPitch + c] = uint8_t(v >> (8 * j));
+    }
+  } else if (k_contig) {
+    for (int i = t; i < kTR * (kTK / 4); i += 256) {
+      const int w = i % (kTK / 4), r = i / (kTK / 4);
+      uint32_t v = 0;
+      if (r0 + r < rows) v = *reinterpret_cast<const uint32_t*>(src + (r0 + r) * s_row + k0 + 4 * w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) tile[r * kPitch + 4 * w + j] = uint8_t(v >> (8 * j));
+    }
+  } else {
+    // Generic strides: walk the smaller stride across the warp.
+    const bool along_rows = s_row <= s_k;
+    for (int i = t; i < kTR * kTK; i += 256) {
+      const int r = along_rows ? i % kTR : i / kTK;
+      const int c = along_rows ? i / kTR : i % kTK;
+      uint8_t v = 0;
+      if (r0 + r < rows && k0 + c < k) v = src[(r0 + r) * s_row + (k0 + c) * s_k];
+      tile[r * kPitch + c] = v;
+    }
+  }
+  __syncthreads();
+  bool special = false;
+  // Store 4 elements at a time along k (k_pad keeps every row 16-byte aligned).
+  for (int i = t; i < kTR * (kTK / 4); i += 256) {
+    const int w = i % (kTK / 4), r = i / (kTK / 4);
+    const int64_t kk = k0 + 4 * w;
+    if (r0 + r >= rows || kk >= k_pad) continue;
+    if constexpr (kToHalf) {
+      uint32_t h[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float f = (kk + j < k) ? decode_fp8(tile[r * kPitch + 4 * w + j], fnuz != 0) : 0.0f;
+        h[j] = __half_as_ushort(__float2half_rn(f));  // exact: every fp8 value is an fp16 value
+      }
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(dst_raw) + (r0 + r) * k_pad + kk) =
+          make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+    } else {
+      uint32_t v = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint8_t b = (kk + j < k) ? tile[r * kPitch + 4 * w + j] : uint8_t(0);
+        if (fnuz) {
+          if ((b & 0x7f) == 0x7f) special = true;  // +-240 in fnuz
+          if (b == 0x80) b = 0x7f;                 // fnuz NaN -> fn NaN
+        }
+        v |= uint32_t(b) << (8 * j);
+      }
+      *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(dst_raw) + (r0 + r) * k_pad + kk) = v;
+    }
+  }
+  if (!kToHalf && fnuz) {
+    if (__syncthreads_or(special) && t == 0) atomicOr(flag, 1);
+  }
+}
+
+// dst[r * dst_ld + c] = src[r * s_r + c * s_c] for r < rows, c < cols; rows up to rows_pad are 0.
+__global__ void copy_scales_kernel(const float* __restrict__ src, int64_t rows, int64_t cols, int64_t s_r,
+                                   int64_t s_c, float* __restrict__ dst, int64_t rows_pad, int64_t dst_ld,
+                                   bool dst_col_major) {
+  const int64_t total = rows_pad * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    // Walk the destination contiguously.
+    int64_t r, c;
+    if (dst_col_major) { r = i % rows_pad; c = i / rows_pad; }
+    else { c = i % cols; r = i / cols; }
+    const float v = r < rows ? src[r * s_r + c * s_c] : 0.0f;
+    if (dst_col_major) dst[c * dst_ld + r] = v;
+    else dst[r * dst_ld + c] = v;
+  }
+}
+
+// out[m * s_m + n * s_n] = staged[m * ld + n]
+__global__ void copy_out_kernel(const uint16_t* __restrict__ staged, int64_t m, int64_t n, int64_t ld,
+                                uint16_t* __restrict__ out, int64_t s_m, int64_t s_n) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i % n;
+    out[r * s_m + c * s_n] = staged[r * ld + c];
+  }
+}
+
+__device__ __forceinline__ float decode_fp8(uint8_t b, bool fnuz) {
+  const int sign = b >> 7, e = (b >> 3) & 0xf, mant = b & 7;
+  if (fnuz) {
+    if (b == 0x80) return __int_as_float(0x7fc00000);
+    // bias 8; subnormal e == 0: mant * 2^-3 * 2^(1-8)
+    const float mag = e == 0 ? ldexpf(float(mant), -10) : ldexpf(float(8 + mant), e - 11);
+    return sign ? -mag : mag;
+  }
+  if ((b & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
+  const float mag = e == 0 ? ldexpf(float(mant), -9) : ldexpf(float(8 + mant), e - 10);
+  return sign ? -mag : mag;
+}
+
+__device__ __forceinline__ uint16_t float_to_bf16_rne(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Exact CUDA-core GEMM straight from the caller's tensors: for each output element, fp32 sums of
+// the 128-wide K blocks (products of two fp8 values are exact in fp32), each multiplied by its two
+// scales and accumulated in fp32. 16x16 outputs per block, K staged 128 at a time through shared
+// memory. With `flag` non-null it exits at once unless *flag is set (the fnuz +-240 fallback).
+__global__ void __launch_bounds__(256) exact_gemm_kernel(GemmProblem p, const int* flag) {
+  if (flag != nullptr && *reinterpret_cast<const volatile int*>(flag) == 0) return;
+  __shared__ float sa[16][kQB + 1];
+  __shared__ float sb[16][kQB + 1];
+  const bool fnuz = p.format == Fp8Format::kE4M3FNUZ;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t tiles_n = ceil_div(p.n, 16), tiles = ceil_div(p.m, 16) * tiles_n;
+  const int64_t kb_count = p.k_blocks();
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t m0 = (tile / tiles_n) * 16, n0 = (tile % tiles_n) * 16;
+    const int64_t m = m0 + ty, n = n0 + tx;
+    float acc = 0.0f;
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < 16 * kQB; i += 256) {
+        const int r = i / kQB, c = i % kQB;
+        const int64_t kk = kb * kQB + c;
+        float va = 0.0f, vb = 0.0f;
+        if (kk < p.k && m0 + r < p.m) va = decode_fp8(p.a[(m0 + r) * p.a_stride_m + kk * p.a_stride_k], fnuz);
+        if (kk < p.k && n0 + r < p.n) vb = decode_fp8(p.b[(n0 + r) * p.b_stride_n + kk * p.b_stride_k], fnuz);
+        sa[r][c] = va;
+        sb[r][c] = vb;
+      }
+      __syncthreads();
+      float block_sum = 0.0f;
+#pragma unroll 8
+      for (int c = 0; c < kQB; ++c) block_sum = fmaf(sa[ty][c], sb[tx][c], block_sum);
+      if (m < p.m && n < p.n) {
+        const float s = p.a_scale[m * p.a_scale_stride_m + kb * p.a_scale_stride_kb] *
+                        p.b_scale[(n / kQB) * p.b_scale_stride_nb + kb * p.b_scale_stride_kb];
+        acc = fmaf(s, block_sum, acc);
+      }
+    }
+    if (m < p.m && n < p.n) p.out[m * p.out_stride_m + n * p.out_stride_n] = float_to_bf16_rne(acc);
+  }
+}
+
+int grid_for(int64_t work, int64_t per_block, int sms) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ceil_div(work, per_block), int64_t(sms) * 8)));
+}
+
+cudaError_t launch_kernel(const Plan& pl, const sm90::KernelArgs& args, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  switch (pl.cfg.variant) {
+    case SV::kCoop128x128StreamK: return sm90::coop128x128_sk_run(args, ws, ws_bytes, stream);
+    case SV::kCoop128x128Cluster2: return sm90::coop128x128_c2_run(args, ws, ws_bytes, stream);
+    case SV::kPingpong64x128: return sm90::pingpong64x128_run(args, ws, ws_bytes, stream);
+    case SV::kSwap128x64StreamK: return sm90::swap128x64_sk_run(args, ws, ws_bytes, stream);
+    case SV::kF16Coop128x128StreamK: return sm90::f16coop128x128_sk_run(args, ws, ws_bytes, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <class T>
+T* at(void* base, size_t off) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(base) + off);
+}
+
+cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size_t workspace_size,
+                     cudaStream_t stream) {
+  if (workspace_size < pl.total || (pl.total > 0 && workspace == nullptr)) return cudaErrorInvalidValue;
+  if ((reinterpret_cast<uintptr_t>(workspace) & 255u) != 0) return cudaErrorInvalidValue;
+  const int sms = device_sm_count();
+  const int64_t kb = p.k_blocks();
+  int* flag = pl.fnuz ? at<int>(workspace, pl.off_flag) : nullptr;
+  cudaError_t err;
+  if (pl.fnuz) {
+    if ((err = cudaMemsetAsync(flag, 0, sizeof(int), stream)) != cudaSuccess) return err;
+  }
+  const int src_fnuz = p.format == Fp8Format::kE4M3FNUZ;
+  auto convert = [&](const uint8_t* src, int64_t rows, int64_t s_row, int64_t s_k, size_t off) {
+    dim3 grid(static_cast<unsigned>(ceil_div(pl.k_kernel, kTK)), static_cast<unsigned>(ceil_div(rows, kTR)));
+    if (pl.f16)
+      convert_operand_kernel<true><<<grid, 256, 0, stream>>>(src, rows, p.k, s_row, s_k, at<void>(workspace, off),
+                                                             pl.k_kernel, src_fnuz, nullptr);
+    else
+      convert_operand_kernel<false><<<grid, 256, 0, stream>>>(src, rows, p.k, s_row, s_k, at<void>(workspace, off),
+                                                              pl.k_kernel, pl.fnuz, flag);
+  };
+  if (pl.convert_a) convert(p.a, p.m, p.a_stride_m, p.a_stride_k, pl.off_a);
+  if (pl.convert_b) convert(p.b, p.n, p.b_stride_n, p.b_stride_k, pl.off_b);
+  if (pl.copy_sfa) {
+    // (sfa_rows, kb) contiguous along rows.
+    copy_scales_kernel<<<grid_for(pl.sfa_rows * kb, 256, sms), 256, 0, stream>>>(
+        p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, at<float>(workspace, pl.off_sfa), pl.sfa_rows,
+        pl.sfa_rows, true);
+  }
+  if (pl.copy_sfb) {
+    // (nb, kb) contiguous along kb.
+    copy_scales_kernel<<<grid_for(p.n_blocks() * kb, 256, sms), 256, 0, stream>>>(
+        p.b_scale, p.n_blocks(), kb, p.b_scale_stride_nb, p.b_scale_stride_kb, at<float>(workspace, pl.off_sfb),
+        p.n_blocks(), kb, false);
+  }
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+
+  // Rebase workspace-relative pointers.
+  sm90::KernelArgs args = pl.args;
+  const bool swap = swap_variant(pl.cfg.variant);
+  auto rebase = [&](const void* rel, bool in_ws) -> const void* {
+    return in_ws ? static_cast<const void*>(static_cast<const uint8_t*>(workspace) + reinterpret_cast<uintptr_t>(rel))
+                 : rel;
+  };
+  const bool a_ws = swap ? pl.convert_b : pl.convert_a;
+  const bool b_ws = swap ? pl.convert_a : pl.convert_b;
+  const bool sfa_ws = swap ? pl.copy_sfb : pl.copy_sfa;
+  const bool sfb_ws = swap ? pl.copy_sfa : pl.copy_sfb;
+  args.a = rebase(args.a, a_ws);
+  args.b = rebase(args.b, b_ws);
+  args.sfa = static_cast<const float*>(rebase(args.sfa, sfa_ws));
+  args.sfb = static_cast<const float*>(rebase(args.sfb, sfb_ws));
+  args.d = const_cast<void*>(rebase(args.d, pl.stage_out));
+  void* kernel_ws = pl.kernel_ws > 0 ? at<void>(workspace, pl.off_kernel) : nullptr;
+
+  if ((err = launch_kernel(pl, args, kernel_ws, pl.kernel_ws, stream)) != cudaSuccess) return err;
+
+  if (pl.stage_out) {
+    copy_out_kernel<<<grid_for(p.m * p.n, 256, sms), 256, 0, stream>>>(at<uint16_t>(workspace, pl.off_out), p.m,
+                                                                       p.n, pl.staged_ld, p.out, p.out_stride_m,
+                                                                       p.out_stride_n);
+  }
+  if (pl.fnuz) {
+    // Always launched; returns at once unless a conversion pass met +-240 (see docs/cuda_sm90.md).
+    exact_gemm_kernel<<<sms * 2, 256, 0, stream>>>(p, flag);
+  }
+  return cudaGetLastError();
+}
+
+bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
+  const int v = static_cast<int>(cfg.variant);
+  if (v < 0 || v > 5 || v == 4) return false;  // 4: the dropped swap-AB 128x192 variant
+  if (static_cast<int>(cfg.split) < 0 || static_cast<int>(cfg.split) > 3) return false;
+  (void)p;
+  return true;
+}
+
+}  // namespace
+
+Sm90Config choose_config(const GemmProblem& p) {
+  if (exact_accumulation_requested()) return choose_generic(p, true);
+  if (const Sm90Config* t = find_tuned(kTuned, p.m, p.n, p.k)) return *t;
+  return choose_generic(p, false);
+}
+
+size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg) {
+  if (!problem_valid(p) || !config_valid(p, cfg)) return 0;
+  return make_plan(p, cfg).total;
+}
+
+cudaError_t gemm_with(const GemmProblem& p, const Sm90Config& cfg, void* workspace, size_t workspace_size,
+                      cudaStream_t stream) {
+  if (!problem_valid(p) || !config_valid(p, cfg)) return cudaErrorInvalidValue;
+  return run_plan(p, make_plan(p, cfg), workspace, workspace_size, stream);
+}
+
+size_t workspace_bytes(const GemmProblem& p) {
+  if (!problem_valid(p)) return 0;
+  return workspace_bytes_with(p, choose_config(p));
+}
+
+cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_size, cudaStream_t stream) {
+  if (!problem_valid(p)) return cudaErrorInvalidValue;
+  return gemm_with(p, choose_config(p), workspace, workspace_size, stream);
+}
+
+cudaError_t gemm_exact_reference(const GemmProblem& p, cudaStream_t stream) {
+  if (!problem_valid(p)) return cudaErrorInvalidValue;
+  const int64_t tiles = ceil_div(p.m, 16) * ceil_div(p.n, 16);
+  exact_gemm_kernel<<<grid_for(tiles, 1, device_sm_count()), 256, 0, stream>>>(p, nullptr);
+  return cudaGetLastError();
+}
+
+}  // namespace fp8gemm::cuda

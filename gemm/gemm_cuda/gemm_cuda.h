@@ -1,0 +1,23 @@
+// Hopper (sm_90a) backend of the FP8 block-scaled GEMM: torch-free launcher.
+// Host-includable from a .cpp compiled by g++ (only the CUDA runtime API and gemm_problem.h).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm_problem.h"
+
+namespace fp8gemm::cuda {
+
+// Bytes of device workspace gemm() needs for `p` (0 if none). Depends only on p's sizes,
+// strides, dtype and pointer alignment (and the current device's SM count, for Stream-K).
+size_t workspace_bytes(const GemmProblem& p);
+
+// Enqueues the whole computation on `stream`. `workspace` must hold >= workspace_bytes(p) bytes,
+// 256-byte aligned (torch's caching allocator). Returns cudaErrorInvalidValue for a problem
+// the caller should have rejected (sizes < 1, null pointers, unknown format, small workspace)
+// and never aborts.
+cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace fp8gemm::cuda

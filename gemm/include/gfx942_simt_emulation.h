@@ -1,0 +1,105 @@
+// The CPU side of the gfx942 architecture layer (gfx942_arch.h includes this when
+// FP8GEMM_SIMT_EMULATION is defined): the same names as the HIP side, implemented on the SIMT
+// execution layer of simt_runtime.h. Every function must be called from a lane of a kernel run
+// by fp8gemm::simt::launch. The trailing std::source_location parameters are defaulted; kernels
+// call these exactly as on the GPU, and reports name the kernel line.
+#pragma once
+
+#if !defined(FP8GEMM_SIMT_EMULATION)
+#error "gfx942_simt_emulation.h is the FP8GEMM_SIMT_EMULATION build of gfx942_arch.h; include gfx942_arch.h"
+#endif
+#if !defined(FP8GEMM_ARCH_TYPES_DEFINED)
+#error "include gfx942_arch.h (it defines the vector types), not gfx942_simt_emulation.h directly"
+#endif
+
+#include <cstring>
+#include <source_location>
+#include <type_traits>
+
+#include "simt_mfma.h"
+#include "simt_runtime.h"
+
+namespace fp8gemm::arch {
+
+namespace simt_detail = ::fp8gemm::simt::detail;
+
+inline int lane_id() { return simt_detail::current_lane("lane_id").lane; }
+inline int wave_id() { return simt_detail::current_lane("wave_id").wave; }
+inline int thread_id() { return simt_detail::current_lane("thread_id").tid; }
+inline int block_threads() { return simt_detail::current_lane("block_threads").wg->n_lanes; }
+inline int block_id_x() { return static_cast<int>(simt_detail::current_lane("block_id_x").wg->x); }
+inline int block_id_y() { return static_cast<int>(simt_detail::current_lane("block_id_y").wg->y); }
+inline int block_id_z() { return static_cast<int>(simt_detail::current_lane("block_id_z").wg->z); }
+inline int grid_dim_x() { return static_cast<int>(simt_detail::current_lane("grid_dim_x").wg->launch->grid.x); }
+inline int grid_dim_y() { return static_cast<int>(simt_detail::current_lane("grid_dim_y").wg->launch->grid.y); }
+inline int grid_dim_z() { return static_cast<int>(simt_detail::current_lane("grid_dim_z").wg->launch->grid.z); }
+
+inline void barrier(std::source_location site = std::source_location::current()) { simt_detail::barrier(site); }
+
+inline uint8_t* lds_base() {
+  simt_detail::Lane& l = simt_detail::current_lane("lds_base");
+  if (l.wg->lds == nullptr) simt_detail::fault("lds_base() in a kernel launched with 0 bytes of LDS");
+  return l.wg->lds;
+}
+
+template <class T>
+inline T lds_load(const T* p, std::source_location site = std::source_location::current()) {
+  static_assert(std::is_trivially_copyable_v<T>, "LDS accesses move PODs");
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                "LDS accesses are 1, 2, 4, 8 or 16 bytes");
+  simt_detail::Lane& l = simt_detail::current_lane("lds_load");
+  simt_detail::lds_check(l, p, sizeof(T), alignof(T), false, site);
+  T v;
+  std::memcpy(static_cast<void*>(&v), p, sizeof(T));
+  return v;
+}
+
+template <class T>
+inline void lds_store(T* p, const T& v, std::source_location site = std::source_location::current()) {
+  static_assert(std::is_trivially_copyable_v<T>, "LDS accesses move PODs");
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                "LDS accesses are 1, 2, 4, 8 or 16 bytes");
+  simt_detail::Lane& l = simt_detail::current_lane("lds_store");
+  simt_detail::lds_check(l, p, sizeof(T), alignof(T), true, site);
+  std::memcpy(static_cast<void*>(p), &v, sizeof(T));
+}
+
+template <class T>
+inline T global_load(const T* p, std::source_location site = std::source_location::current()) {
+  static_assert(std::is_trivially_copyable_v<T>, "global accesses move PODs");
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                "global accesses are 1, 2, 4, 8 or 16 bytes");
+  simt_detail::Lane& l = simt_detail::current_lane("global_load");
+  simt_detail::global_check(l, p, sizeof(T), alignof(T), false, site);
+  T v;
+  std::memcpy(static_cast<void*>(&v), p, sizeof(T));
+  return v;
+}
+
+template <class T>
+inline void global_store(T* p, const T& v, std::source_location site = std::source_location::current()) {
+  static_assert(std::is_trivially_copyable_v<T>, "global accesses move PODs");
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                "global accesses are 1, 2, 4, 8 or 16 bytes");
+  simt_detail::Lane& l = simt_detail::current_lane("global_store");
+  simt_detail::global_check(l, p, sizeof(T), alignof(T), true, site);
+  std::memcpy(static_cast<void*>(p), &v, sizeof(T));
+}
+
+inline f32x4 mfma_16x16x32_fp8(uint64_t a, uint64_t b, f32x4 c,
+                               std::source_location site = std::source_location::current()) {
+  return simt_detail::mfma<f32x4, 4>(::fp8gemm::simt::generated::kMfma16x16x32, simt_detail::WaveOp::kMfma16x16x32,
+                                     a, b, c, site);
+}
+
+inline f32x16 mfma_32x32x16_fp8(uint64_t a, uint64_t b, f32x16 c,
+                                std::source_location site = std::source_location::current()) {
+  return simt_detail::mfma<f32x16, 16>(::fp8gemm::simt::generated::kMfma32x32x16,
+                                       simt_detail::WaveOp::kMfma32x32x16, a, b, c, site);
+}
+
+inline int shfl(int v, int src_lane, std::source_location site = std::source_location::current()) {
+  return simt_detail::shfl(v, src_lane, site);
+}
+
+}  // namespace fp8gemm::arch

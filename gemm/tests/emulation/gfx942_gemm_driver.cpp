@@ -1,0 +1,208 @@
+// Runs the gfx942 GEMM's own device code (gemm/gemm/gemm_rocm_kernels.h) on the CPU SIMT emulator,
+// through the same pass plan the HIP launcher executes (gemm/gemm/gemm_rocm_plan.h).
+//
+//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -I<gen dir> -Igemm/include -Igemm/gemm
+//       gfx942_gemm_driver.cpp -pthread -o gfx942_gemm_driver
+//   gfx942_gemm_driver DIR
+//   gfx942_gemm_driver --select M N K    (configuration the dispatch picks, JSON; nothing runs)
+//   gfx942_gemm_driver --kernels         (every compiled GEMM kernel configuration, JSON list)
+//
+// DIR/problem.txt holds `key value` lines: m n k format (0 fnuz, 1 fn) and, for each tensor
+// a, b, a_scale, b_scale, out: <name>_storage (elements), <name>_offset (elements before the
+// first one), <name>_stride0, <name>_stride1. Inputs are DIR/<name>.bin (storage bytes); the
+// output storage is written to DIR/out.bin. One JSON line on stdout describes the plan executed
+// and the emulator's counters. Exit 0 ok, 2 emulated kernel fault, 1 bad input / plan refusal.
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gfx942_arch.h"
+#include "gemm_rocm_kernels.h"
+#include "gemm_rocm_plan.h"
+
+namespace simt = fp8gemm::simt;
+using namespace fp8gemm;
+using namespace fp8gemm::rocm;
+
+namespace {
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::map<std::string, int64_t> read_problem(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::map<std::string, int64_t> kv;
+  std::string key;
+  int64_t value;
+  while (f >> key >> value) kv[key] = value;
+  return kv;
+}
+
+int64_t need(const std::map<std::string, int64_t>& kv, const std::string& key) {
+  auto it = kv.find(key);
+  if (it == kv.end()) throw std::runtime_error("problem.txt lacks key '" + key + "'");
+  return it->second;
+}
+
+// A registered device buffer holding `offset` poison elements then the storage file's bytes.
+struct Tensor {
+  uint8_t* base = nullptr;  // start of the registered allocation
+  uint8_t* data = nullptr;  // element 0 of the view
+  int64_t s0 = 0, s1 = 0;
+  size_t bytes = 0;
+};
+
+Tensor make_tensor(const std::map<std::string, int64_t>& kv, const std::string& dir, const std::string& name,
+                   size_t elem, bool input) {
+  Tensor t;
+  const int64_t storage = need(kv, name + "_storage"), offset = need(kv, name + "_offset");
+  t.s0 = need(kv, name + "_stride0");
+  t.s1 = need(kv, name + "_stride1");
+  t.bytes = static_cast<size_t>(storage + offset) * elem;
+  t.base = static_cast<uint8_t*>(simt::device_alloc(t.bytes, name, /*writable=*/!input, 0xff));
+  t.data = t.base + offset * elem;
+  if (input) {
+    const std::vector<uint8_t> bytes = read_file(dir + "/" + name + ".bin");
+    if (bytes.size() != static_cast<size_t>(storage) * elem)
+      throw std::runtime_error(name + ".bin has " + std::to_string(bytes.size()) + " bytes, expected " +
+                               std::to_string(storage * static_cast<int64_t>(elem)));
+    std::memcpy(t.data, bytes.data(), bytes.size());
+  }
+  return t;
+}
+
+const char* pass_name(const Pass& pass) {
+  switch (pass.kind) {
+    case PassKind::kPack: return "pack_body";
+    case PassKind::kReduce: return "reduce_body";
+    default: return kernel_shape(pass.gemm_kernel).name;
+  }
+}
+
+int run(const std::string& dir) {
+  const auto kv = read_problem(dir + "/problem.txt");
+  GemmProblem p;
+  p.m = need(kv, "m");
+  p.n = need(kv, "n");
+  p.k = need(kv, "k");
+  p.format = static_cast<Fp8Format>(need(kv, "format"));
+  Tensor a = make_tensor(kv, dir, "a", 1, true), b = make_tensor(kv, dir, "b", 1, true);
+  Tensor as = make_tensor(kv, dir, "a_scale", 4, true), bs = make_tensor(kv, dir, "b_scale", 4, true);
+  Tensor out = make_tensor(kv, dir, "out", 2, false);  // poisoned: 0xffff is a bf16 NaN
+  p.a = a.data;
+  p.a_stride_m = a.s0;
+  p.a_stride_k = a.s1;
+  p.b = b.data;
+  p.b_stride_n = b.s0;
+  p.b_stride_k = b.s1;
+  p.a_scale = reinterpret_cast<const float*>(as.data);
+  p.a_scale_stride_m = as.s0;
+  p.a_scale_stride_kb = as.s1;
+  p.b_scale = reinterpret_cast<const float*>(bs.data);
+  p.b_scale_stride_nb = bs.s0;
+  p.b_scale_stride_kb = bs.s1;
+  p.out = reinterpret_cast<uint16_t*>(out.data);
+  p.out_stride_m = out.s0;
+  p.out_stride_n = out.s1;
+
+  const size_t ws_bytes = plan_workspace_bytes(p);
+  // Poisoned with 0xff bytes (fp32 NaN) so a partial sum that is read but never written shows.
+  void* ws = ws_bytes ? simt::device_alloc(ws_bytes, "workspace", true, 0xff) : nullptr;
+  const Plan plan = make_plan(p, ws, ws_bytes, /*sizing_only=*/false);
+  if (plan.status != PlanStatus::kOk) {
+    std::fprintf(stderr, "make_plan refused the problem: status %d\n", static_cast<int>(plan.status));
+    return 1;
+  }
+
+  std::ostringstream passes;
+  for (int i = 0; i < plan.num_passes; ++i) {
+    const Pass& pass = plan.passes[i];
+    const simt::Dim3 grid{pass.grid[0], pass.grid[1], pass.grid[2]};
+    const int threads = static_cast<int>(pass.block_threads);
+    switch (pass.kind) {
+      case PassKind::kPack:
+        simt::launch(grid, threads, pass.lds_bytes, [](const PackArgs& args) { pack_body(args); }, pass.pack,
+                     pass_name(pass));
+        break;
+      case PassKind::kReduce:
+        simt::launch(grid, threads, pass.lds_bytes, [](const ReduceArgs& args) { reduce_body(args); }, pass.reduce,
+                     pass_name(pass));
+        break;
+      case PassKind::kGemm: {
+        const bool known = visit_gemm_kernel(pass.gemm_kernel, [&](auto cfg) {
+          using Cfg = decltype(cfg);
+          if (static_cast<int>(pass.block_threads) != Cfg::kThreads || static_cast<int>(pass.lds_bytes) != Cfg::kLdsBytes)
+            throw std::runtime_error("plan's launch geometry disagrees with the kernel configuration");
+          simt::launch(grid, threads, pass.lds_bytes, [](const GemmArgs& args) { gemm_body<Cfg>(args); }, pass.gemm,
+                       pass_name(pass));
+        });
+        if (!known) throw std::runtime_error("plan names an unknown GEMM kernel");
+        break;
+      }
+    }
+    passes << (i ? ", " : "") << "{\"kernel\": \"" << pass_name(pass) << "\", \"grid\": [" << pass.grid[0] << ", "
+           << pass.grid[1] << ", " << pass.grid[2] << "], \"threads\": " << pass.block_threads
+           << ", \"lds_bytes\": " << pass.lds_bytes << "}";
+  }
+
+  {
+    std::ofstream f(dir + "/out.bin", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(out.data), static_cast<std::streamsize>(out.bytes - (out.data - out.base)));
+  }
+  const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
+  auto& st = simt::stats();
+  std::printf(
+      "{\"tuned\": %s, \"kernel\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"mfma\": %d, \"split_k\": %d, "
+      "\"pack_a\": %s, \"pack_b\": %s, \"workspace_bytes\": %zu, \"passes\": [%s], \"mfma16\": %llu, "
+      "\"mfma32\": %llu, \"barriers\": %llu, \"workgroups\": %llu, \"lds_bytes_read\": %llu, "
+      "\"global_bytes_read\": %llu}\n",
+      plan.tuned ? "true" : "false", ks.name, ks.block_m, ks.block_n, ks.mfma, plan.config.split_k,
+      plan.pack_a ? "true" : "false", plan.pack_b ? "true" : "false", plan.workspace_bytes, passes.str().c_str(),
+      static_cast<unsigned long long>(st.mfma16.load()), static_cast<unsigned long long>(st.mfma32.load()),
+      static_cast<unsigned long long>(st.barriers.load()), static_cast<unsigned long long>(st.workgroups.load()),
+      static_cast<unsigned long long>(st.lds_bytes_read.load()),
+      static_cast<unsigned long long>(st.global_bytes_read.load()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc == 5 && std::string(argv[1]) == "--select") {
+      const int64_t m = std::atoll(argv[2]), n = std::atoll(argv[3]), k = std::atoll(argv[4]);
+      const GemmConfig c = select_config(m, n, k);
+      std::printf("{\"tuned\": %s, \"kernel\": \"%s\", \"split_k\": %d}\n", is_tuned_shape(m, n, k) ? "true" : "false",
+                  kernel_shape(c.kernel).name, c.split_k);
+      return 0;
+    }
+    if (argc == 2 && std::string(argv[1]) == "--kernels") {
+      std::printf("[");
+      for (int i = 0; i < kNumGemmKernels; ++i) std::printf("%s\"%s\"", i ? ", " : "", kGemmKernels[i].name);
+      std::printf("]\n");
+      return 0;
+    }
+    if (argc != 2) {
+      std::fprintf(stderr, "usage: %s DIR | --select M N K | --kernels\n", argv[0]);
+      return 1;
+    }
+    return run(argv[1]);
+  } catch (const simt::KernelError& e) {
+    std::fprintf(stderr, "SIMT KERNEL ERROR: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,259 @@
+"""Helpers for the gfx942 ISA checks: build the HIP sources with ci/check_hip.sh, parse the AMDGPU
+assembly and its metadata, compute occupancy and MI300X speed-of-light numbers, and render the
+tables committed in gemm/docs/rocm_gfx942.md.
+
+    python gemm/tests/rocm_asm.py            # print the generated doc tables (needs clang-19, g++)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TESTS_DIR = Path(__file__).resolve().parent
+KERNEL_DIR = TESTS_DIR.parent
+REPO_DIR = KERNEL_DIR.parent
+CHECK_HIP = REPO_DIR / "ci" / "check_hip.sh"
+DISPATCH_CHECK_SRC = TESTS_DIR / "rocm_dispatch_check.cpp"
+DOC = KERNEL_DIR / "docs" / "rocm_gfx942.md"
+
+# MI300X (gfx942) facts used for occupancy and speed of light.
+NUM_CUS = 304
+SIMDS_PER_CU = 4
+VGPRS_PER_SIMD_LANE = 512  # arch VGPRs + AGPRs, unified file
+VGPR_GRANULE = 8
+MAX_WAVES_PER_SIMD = 8
+LDS_PER_CU = 65536
+PEAK_FP8_FLOPS = 2.615e15  # dense FP8
+HBM_BYTES_PER_S = 5.3e12
+
+# The 18 timed shapes of the AMD challenge (gemm_shapes.json "benchmarks").
+BENCHMARK_SHAPES = [
+    (m, n, k)
+    for m in (1024, 6144)
+    for (n, k) in (
+        (1536, 7168), (3072, 1536), (576, 7168), (7168, 256), (7168, 2048),
+        (4608, 7168), (7168, 2304), (512, 7168), (4096, 512),
+    )
+]
+
+MFMA_RE = re.compile(r"^\s+(v_mfma_\S+)")
+INSTR_RE = re.compile(r"^\s+([a-z_][a-z0-9_]*)\b")
+
+
+@dataclass
+class KernelAsm:
+    symbol: str
+    meta: dict = field(default_factory=dict)
+    instructions: dict = field(default_factory=dict)  # mnemonic -> count
+
+    def count(self, prefix: str) -> int:
+        return sum(c for mnem, c in self.instructions.items() if mnem.startswith(prefix))
+
+    @property
+    def vgpr_total(self) -> int:
+        # .vgpr_count is the unified (arch + acc) allocation on gfx90a/gfx942.
+        return int(self.meta[".vgpr_count"])
+
+
+def hip_toolchain_missing() -> str | None:
+    for tool in ("clang++-19", "llvm-dis-19", "llvm-as-19"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (apt-get install clang-19 lld-19 llvm-19)"
+    if not Path("/usr/include/hip/hip_runtime.h").exists():
+        return "HIP headers missing (apt-get install libamdhip64-dev)"
+    return None
+
+
+def build_assembly(out_dir: Path) -> dict[str, Path]:
+    """Runs ci/check_hip.sh; returns {translation unit name: assembly path}."""
+    proc = subprocess.run(["bash", str(CHECK_HIP), str(out_dir)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ci/check_hip.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return {p.name[: -len(".gfx942.s")]: p for p in sorted(out_dir.glob("*.gfx942.s"))}
+
+
+def parse_assembly(text: str) -> dict[str, KernelAsm]:
+    kernels: dict[str, KernelAsm] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z_.$][\w.$]*):", line)
+        if m and not m.group(1).startswith("."):
+            current = kernels.setdefault(m.group(1), KernelAsm(m.group(1)))
+            continue
+        if current is not None and line.startswith(".Lfunc_end"):
+            current = None
+            continue
+        if current is not None:
+            im = INSTR_RE.match(line)
+            if im and not line.lstrip().startswith("."):
+                current.instructions[im.group(1)] = current.instructions.get(im.group(1), 0) + 1
+    # Metadata: one YAML list entry per kernel; flat scalar keys are all we need.
+    meta_block = text.split(".amdgpu_metadata", 1)[1].split(".end_amdgpu_metadata", 1)[0]
+    for entry in re.split(r"\n  - ", meta_block)[1:]:
+        fields = dict(re.findall(r"^\s*(\.[a-z_]+):\s+(\S+)\s*$", "  " + entry, flags=re.M))
+        name = fields.get(".name")
+        if name in kernels:
+            kernels[name].meta = fields
+    # Only kernels (entries of amdhsa.kernels); other labels are data such as __hip_cuid_*.
+    return {name: k for name, k in kernels.items() if k.meta}
+
+
+def compile_dispatch_tool(out_dir: Path) -> Path:
+    exe = out_dir / "rocm_dispatch_check"
+    cxx = os.environ.get("CXX_HOST", "g++")
+    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{KERNEL_DIR / 'include'}",
+           f"-I{KERNEL_DIR / 'gemm'}", str(DISPATCH_CHECK_SRC), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return exe
+
+
+def kernel_table(tool: Path) -> list[dict]:
+    return json.loads(subprocess.run([str(tool), "kernels"], check=True, capture_output=True, text=True).stdout)
+
+
+def select(tool: Path, shapes) -> list[dict]:
+    args = [str(x) for s in shapes for x in s]
+    out = subprocess.run([str(tool), "select", *args], check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def gemm_symbol_id(symbol: str) -> int | None:
+    """gemm_kernel<GemmKernelId(N)> mangles as ...gemm_kernelILNS0_12GemmKernelIdEN..."""
+    m = re.search(r"gemm_kernelILNS0_12GemmKernelIdE(\d+)E", symbol)
+    return int(m.group(1)) if m else None
+
+
+def waves_per_simd(vgpr_total: int, lds_bytes: int, threads: int) -> dict:
+    waves_per_wg = threads // 64
+    alloc = math.ceil(max(vgpr_total, 1) / VGPR_GRANULE) * VGPR_GRANULE
+    by_vgpr = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD_LANE // alloc)
+    wg_per_cu_lds = LDS_PER_CU // lds_bytes if lds_bytes else 10**6
+    by_lds = wg_per_cu_lds * waves_per_wg / SIMDS_PER_CU
+    # Whole workgroups only: a workgroup's waves are spread over the 4 SIMDs.
+    wg_per_cu_vgpr = (by_vgpr * SIMDS_PER_CU) // waves_per_wg
+    wg_per_cu = min(wg_per_cu_lds, wg_per_cu_vgpr)
+    return {
+        "by_vgpr": by_vgpr,
+        "by_lds": by_lds,
+        "wg_per_cu": wg_per_cu,
+        "waves_per_simd": wg_per_cu * waves_per_wg / SIMDS_PER_CU,
+    }
+
+
+def vgpr_budget(threads: int) -> int:
+    """Per-lane VGPR+AGPR limit for a workgroup of `threads` to be resident at all."""
+    waves_per_simd_needed = math.ceil(threads / 64 / SIMDS_PER_CU)
+    return VGPRS_PER_SIMD_LANE // waves_per_simd_needed
+
+
+def sol_us(m: int, n: int, k: int) -> tuple[float, str]:
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    flops = 2.0 * m * n * k
+    bytes_ = m * k + n * k + 4 * m * kb + 4 * nb * kb + 2 * m * n
+    t_compute, t_memory = flops / PEAK_FP8_FLOPS, bytes_ / HBM_BYTES_PER_S
+    return max(t_compute, t_memory) * 1e6, ("compute" if t_compute >= t_memory else "memory")
+
+
+def resource_rows(kernels: list[dict], asm: dict[str, KernelAsm]) -> list[dict]:
+    by_id = {gemm_symbol_id(s): k for s, k in asm.items() if gemm_symbol_id(s) is not None}
+    rows = []
+    for kd in kernels:
+        ka = by_id[kd["id"]]
+        occ = waves_per_simd(ka.vgpr_total, kd["lds_bytes"] + int(ka.meta[".group_segment_fixed_size"]), kd["threads"])
+        mfma = [m for m in ka.instructions if m.startswith("v_mfma")]
+        k_per_mfma = 16 if kd["mfma"] == 32 else 32
+        per_step = (kd["block_m"] // kd["waves_m"] // kd["mfma"]) * (kd["block_n"] // kd["waves_n"] // kd["mfma"]) * (
+            128 // k_per_mfma)
+        rows.append({
+            **kd,
+            "symbol": ka.symbol,
+            "mfma_instr": ",".join(sorted(mfma)),
+            "mfma_count": ka.count("v_mfma"),
+            "mfma_per_step": per_step,
+            "vgpr": int(ka.meta[".vgpr_count"]),
+            "agpr": int(ka.meta[".agpr_count"]),
+            "sgpr": int(ka.meta[".sgpr_count"]),
+            "scratch": int(ka.meta[".private_segment_fixed_size"]),
+            "vgpr_spill": int(ka.meta[".vgpr_spill_count"]),
+            "sgpr_spill": int(ka.meta[".sgpr_spill_count"]),
+            "lds_total": kd["lds_bytes"] + int(ka.meta[".group_segment_fixed_size"]),
+            "waves_per_simd_target": kd["waves_per_simd"],
+            **occ,
+        })
+    return rows
+
+
+def render_resource_table(rows: list[dict]) -> str:
+    out = ["| instantiation | tile (M×N×K) | waves (M×N) | fp8 MFMA | per 128-K step per wave (in ISA) "
+           "| VGPR total (AGPR) | SGPR | LDS bytes | scratch / spills | WG per CU | waves per SIMD (target) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(
+            f"| `{r['name']}` | {r['block_m']}×{r['block_n']}×128 | {r['waves_m']}×{r['waves_n']} "
+            f"| `{r['mfma_instr']}` | {r['mfma_per_step']} ({r['mfma_count']}) | {r['vgpr']} ({r['agpr']}) "
+            f"| {r['sgpr']} | {r['lds_total']} | {r['scratch']} / {r['vgpr_spill'] + r['sgpr_spill']} "
+            f"| {r['wg_per_cu']} | {r['waves_per_simd']:g} ({r['waves_per_simd_target']}) |")
+    return "\n".join(out)
+
+
+def render_shape_table(tool: Path, kernels: list[dict], rows: list[dict]) -> str:
+    by_id = {r["id"]: r for r in rows}
+    out = ["| M | N | K | instantiation | split-K | workgroups | CU slots used | SOL µs | bound "
+           "| MN-major (challenge) inputs |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for sel in select(tool, BENCHMARK_SHAPES):
+        m, n, k = sel["m"], sel["n"], sel["k"]
+        r = by_id[sel["kernel"]]
+        tiles = math.ceil(m / r["block_m"]) * math.ceil(n / r["block_n"])
+        wgs = tiles * sel["split_k"]
+        slots = NUM_CUS * r["wg_per_cu"]
+        t, bound = sol_us(m, n, k)
+        pack_us = 2.0 * (m + n) * k / HBM_BYTES_PER_S * 1e6  # read + write the K-major copies
+        mn_direct = m % 16 == 0 and n % 16 == 0  # challenge layout read in place
+        out.append(
+            f"| {m} | {n} | {k} | `{r['name']}` | {sel['split_k']} | {wgs} | {wgs / slots:.2f} of {slots} "
+            f"| {t:.2f} | {bound} | {'in place' if mn_direct else f'pack, +{pack_us:.2f} µs'} |")
+    return "\n".join(out)
+
+
+def generated_tables(work_dir: Path) -> tuple[str, str]:
+    asm_files = build_assembly(work_dir)
+    asm = parse_assembly(asm_files["gemm_launcher"].read_text())
+    tool = compile_dispatch_tool(work_dir)
+    kernels = kernel_table(tool)
+    rows = resource_rows(kernels, asm)
+    return render_resource_table(rows), render_shape_table(tool, kernels, rows)
+
+
+def doc_block(name: str) -> str:
+    text = DOC.read_text()
+    m = re.search(rf"<!-- BEGIN {name} -->\n(.*?)\n<!-- END {name} -->", text, flags=re.S)
+    if not m:
+        raise KeyError(f"{DOC} has no generated block {name}")
+    return m.group(1).strip()
+
+
+def main() -> int:
+    import tempfile
+
+    missing = hip_toolchain_missing()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as d:
+        resources, shapes = generated_tables(Path(d))
+    print("<!-- BEGIN rocm_resources -->\n" + resources + "\n<!-- END rocm_resources -->\n")
+    print("<!-- BEGIN rocm_shapes -->\n" + shapes + "\n<!-- END rocm_shapes -->")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+// Host (g++, no HIP) checks of the gfx942 dispatch table and pass plan, run by test_rocm_isa.py.
+//
+//   rocm_dispatch_check check            self-checks; prints failures, exit 1 if any
+//   rocm_dispatch_check kernels          JSON: every kGemmKernels entry (the ISA test's source of truth)
+//   rocm_dispatch_check select M N K...  one JSON line per (M, N, K): chosen kernel, split-K, tuned?
+//   rocm_dispatch_check numerics         every fp8 byte: e4m3fn->fnuz byte, decoded fnuz/fn values;
+//                                        then bf16_rne of each hex float bit pattern read from stdin
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fp8_numerics.h"
+#include "gemm_rocm_config.h"
+#include "gemm_rocm_plan.h"
+
+using namespace fp8gemm;
+using namespace fp8gemm::rocm;
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                  \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      ++failures;                                                         \
+      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);         \
+      std::printf(__VA_ARGS__);                                           \
+      std::printf("\n");                                                  \
+    }                                                                     \
+  } while (0)
+
+// A problem with fake (never dereferenced) but suitably aligned pointers.
+static GemmProblem problem(int64_t m, int64_t n, int64_t k, bool a_k_major, bool b_k_major, Fp8Format fmt,
+                           uintptr_t misalign = 0) {
+  GemmProblem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a = reinterpret_cast<const uint8_t*>(uintptr_t{1} << 20) + misalign;
+  p.b = reinterpret_cast<const uint8_t*>(uintptr_t{1} << 30);
+  p.a_stride_m = a_k_major ? k : 1, p.a_stride_k = a_k_major ? 1 : m;
+  p.b_stride_n = b_k_major ? k : 1, p.b_stride_k = b_k_major ? 1 : n;
+  p.a_scale = reinterpret_cast<const float*>(uintptr_t{1} << 34);
+  p.a_scale_stride_m = 1, p.a_scale_stride_kb = m;
+  p.b_scale = reinterpret_cast<const float*>(uintptr_t{1} << 35);
+  p.b_scale_stride_nb = 1, p.b_scale_stride_kb = p.n_blocks();
+  p.out = reinterpret_cast<uint16_t*>(uintptr_t{1} << 36);
+  p.out_stride_m = n, p.out_stride_n = 1;
+  p.format = fmt;
+  return p;
+}
+
+static int count_kind(const Plan& plan, PassKind kind) {
+  int c = 0;
+  for (int i = 0; i < plan.num_passes; ++i) c += plan.passes[i].kind == kind;
+  return c;
+}
+
+static void check_plans() {
+  void* const ws = reinterpret_cast<void*>(uintptr_t{1} << 40);  // 256-aligned fake workspace
+  const size_t big = size_t{1} << 40;
+
+  // K-major, aligned, e4m3fnuz, tuned shape without split: one pass, no workspace.
+  {
+    GemmProblem p = problem(1024, 4608, 7168, true, true, Fp8Format::kE4M3FNUZ);
+    const Plan plan = make_plan(p, nullptr, 0, false);
+    CHECK(plan.status == PlanStatus::kOk, "status %d", int(plan.status));
+    CHECK(plan.tuned && plan.num_passes == 1 && plan.passes[0].kind == PassKind::kGemm, "passes %d", plan.num_passes);
+    CHECK(plan.workspace_bytes == 0 && plan_workspace_bytes(p) == 0, "ws %zu", plan.workspace_bytes);
+    const Pass& g = plan.passes[0];
+    const GemmKernelShape& ks = kernel_shape(g.gemm_kernel);
+    CHECK(g.grid[0] == uint32_t((1024 / ks.block_m) * (4608 / ks.block_n)) && g.grid[2] == 1, "grid %u", g.grid[0]);
+    CHECK(g.block_threads == uint32_t(ks.threads()) && g.lds_bytes == uint32_t(ks.lds_bytes()), "block/lds");
+    CHECK(g.gemm.lda == 7168 && g.gemm.ldb == 7168 && g.gemm.scale_factor == 1.0f, "ld/scale");
+    CHECK(g.gemm.out_vector_ok == 1, "row-major aligned out: vector epilogue");
+    GemmProblem q = p;
+    q.out_stride_m = 1, q.out_stride_n = 1024;  // column-major out: scalar epilogue
+    CHECK(make_plan(q, nullptr, 0, false).passes[0].gemm.out_vector_ok == 0, "column-major out");
+    q = p;
+    q.out = reinterpret_cast<uint16_t*>(reinterpret_cast<uintptr_t>(p.out) + 2);
+    CHECK(make_plan(q, nullptr, 0, false).passes[0].gemm.out_vector_ok == 0, "misaligned out");
+  }
+  // The challenge layout (MN-major a and b, M and N multiples of 16): read in place, transposed in
+  // registers; one pass, no workspace.
+  {
+    GemmProblem p = problem(6144, 576, 7168, false, false, Fp8Format::kE4M3FNUZ);
+    const Plan plan = make_plan(p, nullptr, 0, false);
+    CHECK(plan.status == PlanStatus::kOk && plan.num_passes == 1 && plan.workspace_bytes == 0, "passes %d ws %zu",
+          plan.num_passes, plan.workspace_bytes);
+    CHECK(plan.a_mn_direct && plan.b_mn_direct && !plan.pack_a && !plan.pack_b, "MN direct");
+    const GemmArgs& g = plan.passes[0].gemm;
+    CHECK(g.a_mn_major == 1 && g.b_mn_major == 1 && g.lda == 6144 && g.ldb == 576 && g.k == 7168, "MN args");
+  }
+  // MN-major with M % 16 != 0: both packed (the kernel reads both
+  // operands in one layout), two pack passes then the GEMM; workspace checks.
+  {
+    GemmProblem p = problem(100, 576, 7168, false, false, Fp8Format::kE4M3FNUZ);
+    p.a_stride_k = 112;  // rows padded to 16 bytes: still the vector pack path
+    const size_t need = plan_workspace_bytes(p);
+    CHECK(need >= size_t(100 + 576) * 7168, "ws %zu", need);
+    const Plan plan = make_plan(p, ws, need, false);
+    CHECK(plan.status == PlanStatus::kOk && plan.num_passes >= 3, "passes %d", plan.num_passes);
+    CHECK(plan.pack_a && plan.pack_b && !plan.a_mn_direct && !plan.b_mn_direct, "packed");
+    CHECK(plan.passes[0].kind == PassKind::kPack && plan.passes[0].pack.mode == PackMode::kMnVector, "pack a");
+    CHECK(plan.passes[1].kind == PassKind::kPack && plan.passes[1].pack.mode == PackMode::kMnVector, "pack b");
+    CHECK(plan.passes[2].gemm.lda == 7168 && plan.passes[2].gemm.ldb == 7168, "packed ld");
+    CHECK(plan.passes[2].gemm.a_mn_major == 0 && plan.passes[2].gemm.b_mn_major == 0, "packed is K-major");
+    CHECK(make_plan(p, ws, need - 1, false).status == PlanStatus::kNoWorkspace, "short workspace accepted");
+    CHECK(make_plan(p, nullptr, need, false).status == PlanStatus::kNoWorkspace, "null workspace accepted");
+    CHECK(make_plan(p, static_cast<uint8_t*>(ws) + 16, need, false).status == PlanStatus::kNoWorkspace,
+          "misaligned workspace accepted");
+  }
+  // Mixed layouts: the K-major operand is read in place, the MN-major one is packed.
+  {
+    GemmProblem p = problem(1024, 4608, 7168, true, false, Fp8Format::kE4M3FNUZ);
+    const Plan plan = make_plan(p, ws, big, false);
+    CHECK(!plan.pack_a && plan.pack_b && !plan.a_mn_direct && !plan.b_mn_direct && plan.num_passes == 2, "mixed");
+  }
+  // Split-K shape: partials + reduction; every K block covered exactly once.
+  {
+    GemmProblem p = problem(1024, 576, 7168, true, true, Fp8Format::kE4M3FNUZ);
+    const size_t need = plan_workspace_bytes(p);
+    const Plan plan = make_plan(p, ws, need, false);
+    CHECK(plan.status == PlanStatus::kOk && plan.config.split_k == 4, "split %d", plan.config.split_k);
+    CHECK(count_kind(plan, PassKind::kReduce) == 1 && plan.passes[plan.num_passes - 1].kind == PassKind::kReduce, "reduce");
+    const GemmArgs& g = plan.passes[0].gemm;
+    CHECK(int64_t(g.kb_per_split) * (g.split_k - 1) < g.k_blocks && int64_t(g.kb_per_split) * g.split_k >= g.k_blocks,
+          "kb_per_split %d split %d k_blocks %d", g.kb_per_split, g.split_k, g.k_blocks);
+    CHECK(need >= size_t(4) * 1024 * 576 * 4, "partials %zu", need);
+    CHECK(g.out_vector_ok == 0, "split-K writes fp32 partials");
+  }
+  // e4m3fn: K-major operands are converted on the way to LDS (no pack pass), MN-major ones by the
+  // pack pass; the product factor 4 is folded into the scale either way.
+  {
+    GemmProblem p = problem(1024, 4608, 7168, true, true, Fp8Format::kE4M3FN);
+    const Plan plan = make_plan(p, ws, big, false);
+    CHECK(plan.status == PlanStatus::kOk && !plan.pack_a && !plan.pack_b && plan.num_passes == 1, "fn K-major packed");
+    CHECK(plan.passes[0].gemm.convert_a_e4m3fn == 1 && plan.passes[0].gemm.convert_b_e4m3fn == 1, "fn convert flags");
+    CHECK(plan.passes[0].gemm.scale_factor == 4.0f, "fn factor %g", double(plan.passes[0].gemm.scale_factor));
+    GemmProblem q = problem(1000, 4608, 7168, false, true, Fp8Format::kE4M3FN);
+    const Plan plan_q = make_plan(q, ws, big, false);
+    CHECK(plan_q.pack_a && !plan_q.pack_b && plan_q.passes[0].pack.convert_e4m3fn == 1, "fn MN-major a");
+    CHECK(plan_q.passes[1].gemm.convert_a_e4m3fn == 0 && plan_q.passes[1].gemm.convert_b_e4m3fn == 1, "fn flags");
+    CHECK(plan_q.passes[1].gemm.scale_factor == 4.0f, "fn factor");
+    GemmProblem r = problem(64, 64, 128, true, true, Fp8Format::kE4M3FNUZ);
+    const Plan plan_r = make_plan(r, ws, big, false);
+    CHECK(plan_r.passes[0].gemm.convert_a_e4m3fn == 0 && plan_r.passes[0].gemm.scale_factor == 1.0f, "fnuz flags");
+  }
+  // K tail (K % 16 != 0), misaligned a, odd strides: repacked, K padded to 128 with zeros.
+  {
+    GemmProblem p = problem(100, 70, 300, true, true, Fp8Format::kE4M3FNUZ);
+    const Plan plan = make_plan(p, ws, big, false);
+    CHECK(plan.status == PlanStatus::kOk && plan.pack_a && plan.pack_b, "K tail not packed");
+    CHECK(plan.passes[2].gemm.lda == 384 && plan.passes[2].gemm.k_limit == 304, "lda %lld k_limit %d",
+          (long long)plan.passes[2].gemm.lda, plan.passes[2].gemm.k_limit);
+    GemmProblem q = problem(128, 128, 256, true, true, Fp8Format::kE4M3FNUZ, 8);
+    const Plan plan_q = make_plan(q, ws, big, false);
+    CHECK(plan_q.pack_a && !plan_q.pack_b, "misaligned a must be packed, b not");
+    GemmProblem r = problem(96, 64, 256, true, true, Fp8Format::kE4M3FNUZ);
+    r.a_stride_m = 257;  // K-major but rows not 16-byte aligned
+    r.a_stride_k = 1;
+    const Plan plan_r = make_plan(r, ws, big, false);
+    CHECK(plan_r.pack_a && plan_r.passes[0].pack.mode == PackMode::kGather, "odd stride -> gather");
+  }
+  // Bad arguments are refused, never crash.
+  {
+    GemmProblem p = problem(0, 64, 128, true, true, Fp8Format::kE4M3FNUZ);
+    CHECK(make_plan(p, ws, big, false).status == PlanStatus::kBadShape, "m=0");
+    p = problem(64, 64, 128, true, true, Fp8Format::kE4M3FNUZ);
+    p.format = static_cast<Fp8Format>(7);
+    CHECK(make_plan(p, ws, big, false).status == PlanStatus::kBadFormat, "format 7");
+    p = problem(64, 64, 128, true, true, Fp8Format::kE4M3FNUZ);
+    p.out = nullptr;
+    CHECK(make_plan(p, ws, big, false).status == PlanStatus::kNullPointer, "null out");
+    p = problem(64, 64, int64_t{128} * 70000, true, true, Fp8Format::kE4M3FNUZ);
+    CHECK(make_plan(p, ws, big, false).status == PlanStatus::kBadShape, "K beyond grid y");
+  }
+}
+
+static void check_tables() {
+  CHECK(tuned_keys_unique(kTunedShapes), "duplicate tuned key");
+  CHECK(kernel_table_consistent(), "kernel table");
+  for (const auto& e : kTunedShapes) {
+    CHECK(static_cast<int>(e.config.kernel) >= 0 && static_cast<int>(e.config.kernel) < kNumGemmKernels, "kernel id");
+    CHECK(e.config.split_k >= 1 && e.config.split_k <= kMaxSplitK, "split");
+    const GemmConfig* hit = find_tuned(kTunedShapes, unpack_m(e.key), unpack_n(e.key), unpack_k(e.key));
+    CHECK(hit == &e.config, "entry not found by its own shape");
+  }
+  // The generic path answers every shape with a valid configuration (never fails).
+  const int64_t dims[] = {1, 2, 15, 16, 17, 63, 64, 65, 96, 127, 128, 129, 500, 576, 1000, 1040, 4096, 6144, 8192, 20000};
+  for (int64_t m : dims)
+    for (int64_t n : dims)
+      for (int64_t k : {int64_t{1}, int64_t{100}, int64_t{128}, int64_t{7168}, int64_t{50000}}) {
+        const GemmConfig c = select_config(m, n, k);
+        CHECK(static_cast<int>(c.kernel) >= 0 && static_cast<int>(c.kernel) < kNumGemmKernels && c.split_k >= 1 &&
+                  c.split_k <= kMaxSplitK,
+              "m %lld n %lld k %lld", (long long)m, (long long)n, (long long)k);
+      }
+}
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "check") {
+    check_tables();
+    check_plans();
+    std::printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+  }
+  if (mode == "kernels") {
+    std::printf("[");
+    for (int i = 0; i < kNumGemmKernels; ++i) {
+      const GemmKernelShape& s = kGemmKernels[i];
+      std::printf("%s{\"id\": %d, \"name\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"waves_m\": %d, \"waves_n\": %d, "
+                  "\"mfma\": %d, \"threads\": %d, \"lds_bytes\": %d, \"waves_per_simd\": %d}",
+                  i ? ", " : "", static_cast<int>(s.id), s.name, s.block_m, s.block_n, s.waves_m, s.waves_n, s.mfma,
+                  s.threads(), s.lds_bytes(), s.waves_per_simd);
+    }
+    std::printf("]\n");
+    return 0;
+  }
+  if (mode == "select") {
+    for (int i = 2; i + 2 < argc; i += 3) {
+      const int64_t m = std::atoll(argv[i]), n = std::atoll(argv[i + 1]), k = std::atoll(argv[i + 2]);
+      const GemmConfig c = select_config(m, n, k);
+      std::printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"kernel\": %d, \"split_k\": %d, \"tuned\": %s}\n",
+                  (long long)m, (long long)n, (long long)k, static_cast<int>(c.kernel), c.split_k,
+                  is_tuned_shape(m, n, k) ? "true" : "false");
+    }
+    return 0;
+  }
+  if (mode == "numerics") {
+    for (int b = 0; b < 256; ++b) {
+      const uint8_t u = static_cast<uint8_t>(b);
+      // %a prints exact binary values; nan prints as "nan"/"-nan".
+      std::printf("%d %d %a %a\n", b, e4m3fn_to_e4m3fnuz(u), double(decode_e4m3fnuz(u)), double(decode_e4m3fn(u)));
+    }
+    unsigned bits;
+    while (std::scanf("%x", &bits) == 1) std::printf("%04x\n", f32_to_bf16_rne(bits_f32(bits)));
+    return 0;
+  }
+  std::fprintf(stderr, "usage: %s check|kernels|select M N K...|numerics\n", argv[0]);
+  return 2;
+}

@@ -1,0 +1,236 @@
+"""gfx942 (MI300X) backend checks that run on a CPU-only machine.
+
+* Dispatch and pass plan (host g++ build of gemm/gemm/gemm_rocm_config.h + gemm_rocm_plan.h):
+  the 18 benchmark shapes hit their tuned entries, nearby shapes take the generic path, keys are
+  unique, plans for each input layout / format / bad argument are what the launcher expects.
+* ISA (clang-19 build of every .hip for gfx942 through ci/check_hip.sh): every instantiation of
+  the dispatch table is compiled, uses the fp8 MFMA it was configured for, no scratch or spills,
+  LDS <= 64 KiB, VGPR+AGPR within the budget of its workgroup size; the resource and SOL tables in
+  gemm/docs/rocm_gfx942.md match what the compiler produced.
+
+Nothing here executes gfx942 code (no MI300X exists on our machines).
+The ISA tests skip when clang-19 is not installed, unless FP8GEMM_REQUIRE_HIP=1 (set it in CI)
+turns the missing toolchain into a failure.
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import rocm_asm
+
+REQUIRE_HIP = os.environ.get("FP8GEMM_REQUIRE_HIP", "0") == "1"
+
+
+@pytest.fixture(scope="module")
+def dispatch_tool(tmp_path_factory):
+    if shutil.which(os.environ.get("CXX_HOST", "g++")) is None:
+        pytest.fail("g++ is needed to build the host dispatch checks")
+    return rocm_asm.compile_dispatch_tool(tmp_path_factory.mktemp("rocm_dispatch"))
+
+
+@pytest.fixture(scope="module")
+def gfx942_asm(tmp_path_factory):
+    missing = rocm_asm.hip_toolchain_missing()
+    if missing:
+        if REQUIRE_HIP:
+            pytest.fail(f"FP8GEMM_REQUIRE_HIP=1 but {missing}")
+        pytest.skip(missing)
+    files = rocm_asm.build_assembly(tmp_path_factory.mktemp("gfx942_asm"))
+    assert "gemm_launcher" in files, f"no assembly for gemm_launcher.hip: {files}"
+    return {unit: rocm_asm.parse_assembly(path.read_text()) for unit, path in files.items()}
+
+
+@pytest.fixture(scope="module")
+def launcher_asm(gfx942_asm):
+    return gfx942_asm["gemm_launcher"]
+
+
+@pytest.fixture(scope="module")
+def kernels(dispatch_tool):
+    table = rocm_asm.kernel_table(dispatch_tool)
+    assert table, "empty kGemmKernels"
+    return table
+
+
+# ---- dispatch ---------------------------------------------------------------------------------
+
+
+def test_dispatch_self_checks(dispatch_tool):
+    proc = subprocess.run([str(dispatch_tool), "check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("0 failures")
+
+
+def test_every_benchmark_shape_hits_its_tuned_entry(dispatch_tool, kernels):
+    sel = rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES)
+    assert [(s["m"], s["n"], s["k"]) for s in sel] == rocm_asm.BENCHMARK_SHAPES
+    ids = {k["id"] for k in kernels}
+    for s in sel:
+        assert s["tuned"], f"benchmark shape {s} fell to the generic path"
+        assert s["kernel"] in ids and 1 <= s["split_k"] <= 8, s
+
+
+NEAR_MISSES = [
+    (1040, 1536, 7168),  # aliased with M=1024 under the Hub's m/32 packing
+    (1025, 1536, 7168), (1023, 1536, 7168), (1024, 1537, 7168), (1024, 1536, 7169),
+    (1024, 8192, 7168),  # N >= 8192 overflowed the Hub's 8-bit field
+    (1024, 1536 + 8192 * 32, 7168),
+    (6144, 576, 7296), (6160, 576, 7168), (6144, 640, 7168), (1024, 7168, 384),
+    (7168, 1024, 256), (1536, 1024, 7168),  # M and N swapped
+    (64, 64, 128), (96, 7168, 256), (128, 512, 7168),  # challenge test shapes: generic path
+    (1, 1, 1), (2**21, 1, 1), (2**21 - 1, 2**21 - 1, 2**21 - 1),
+]
+
+
+def test_nearby_and_other_shapes_take_the_generic_path(dispatch_tool):
+    for s in rocm_asm.select(dispatch_tool, NEAR_MISSES):
+        assert not s["tuned"], f"{s} must not match a tuned entry"
+        assert 0 <= s["kernel"] and 1 <= s["split_k"] <= 8, s
+
+
+def test_small_mn_long_k_generic_shapes_use_split_k(dispatch_tool):
+    (s,) = rocm_asm.select(dispatch_tool, [(64, 1536, 7168)])
+    assert s["split_k"] > 1, s
+    (s,) = rocm_asm.select(dispatch_tool, [(6144, 7168, 4096)])
+    assert s["split_k"] == 1, s
+
+
+# ---- numerics shared by the device code (fp8_numerics.h), against torch's own conversions ------
+
+
+def test_fp8_conversion_and_bf16_rounding_match_torch(dispatch_tool):
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(1234)
+    f32 = rng.standard_normal(20000).astype(np.float32) * np.float32(2.0) ** rng.integers(-140, 128, 20000)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 3.4028235e38, 1e-45, -1e-45], np.float32)
+    bits = np.concatenate([f32, specials]).view(np.uint32)
+    # Exact ties and their neighbours (round to nearest even must pick the even side).
+    ties = (rng.integers(0, 2**16, 2000, dtype=np.uint32) << np.uint32(16)) | np.uint32(0x8000)
+    bits = np.concatenate([bits, ties, ties - 1, ties + 1])
+    stdin = "\n".join(f"{b:08x}" for b in bits)
+    proc = subprocess.run([str(dispatch_tool), "numerics"], input=stdin, capture_output=True, text=True, check=True)
+    lines = proc.stdout.splitlines()
+    fp8_rows, bf16_rows = lines[:256], lines[256:]
+
+    all_bytes = torch.arange(256, dtype=torch.uint8)
+    fn_val = all_bytes.view(torch.float8_e4m3fn).to(torch.float64)
+    fnuz_val = all_bytes.view(torch.float8_e4m3fnuz).to(torch.float64)
+    for row in fp8_rows:
+        b, conv, dec_fnuz, dec_fn = row.split()
+        b, conv = int(b), int(conv)
+        # The emulator's / host decoders agree with torch bit for bit.
+        for got, want in ((float.fromhex(dec_fnuz) if "nan" not in dec_fnuz else float("nan"), fnuz_val[b].item()),
+                          (float.fromhex(dec_fn) if "nan" not in dec_fn else float("nan"), fn_val[b].item())):
+            assert (np.isnan(got) and np.isnan(want)) or got == want, (b, got, want)
+        # fn value == 2 x fnuz value of the converted byte, exactly; NaN stays NaN; -0 -> +0.
+        want_fn, got_half = fn_val[b].item(), fnuz_val[conv].item()
+        if np.isnan(want_fn):
+            assert conv == 0x80, (b, conv)
+        else:
+            assert 2.0 * got_half == want_fn, (b, conv, want_fn, got_half)
+            assert conv != 0x80, b
+    changed = {int(r.split()[0]) for r in fp8_rows if r.split()[0] != r.split()[1]}
+    assert changed == {0x7F, 0x80, 0xFF}, sorted(changed)
+
+    want = torch.from_numpy(bits.view(np.float32).copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    got = np.array([int(x, 16) for x in bf16_rows], dtype=np.uint16)
+    assert got.shape == want.shape
+    nan = np.isnan(bits.view(np.float32))
+    assert np.all(np.isnan(got[nan].astype(np.uint32).__lshift__(16).view(np.float32)))
+    mismatch = np.nonzero((got != want) & ~nan)[0]
+    assert mismatch.size == 0, [(hex(bits[i]), hex(got[i]), hex(want[i])) for i in mismatch[:5]]
+
+
+# ---- gfx942 ISA -------------------------------------------------------------------------------
+
+
+def _gemm_instantiations(launcher_asm):
+    return {rocm_asm.gemm_symbol_id(sym): k for sym, k in launcher_asm.items() if rocm_asm.gemm_symbol_id(sym) is not None}
+
+
+def test_every_dispatch_instantiation_is_compiled(launcher_asm, kernels, dispatch_tool):
+    compiled = _gemm_instantiations(launcher_asm)
+    assert set(compiled) == {k["id"] for k in kernels}, (sorted(compiled), kernels)
+    used = {s["kernel"] for s in rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES + NEAR_MISSES)}
+    assert used <= set(compiled)
+    for name in ("pack_kernel", "reduce_kernel"):
+        assert any(name in sym for sym in launcher_asm), f"{name} missing from the gfx942 assembly"
+
+
+def _expected_mfma(kd):
+    mfma = kd["mfma"]
+    k_per_instr = 16 if mfma == 32 else 32
+    per_wave_tiles = (kd["block_m"] // kd["waves_m"] // mfma) * (kd["block_n"] // kd["waves_n"] // mfma)
+    return f"v_mfma_f32_{mfma}x{mfma}x{k_per_instr}_fp8_fp8", per_wave_tiles * (128 // k_per_instr)
+
+
+@pytest.mark.parametrize("kernel_index", range(4))
+def test_gemm_instantiation_isa(launcher_asm, kernels, kernel_index):
+    if kernel_index >= len(kernels):
+        pytest.skip("fewer instantiations")
+    kd = kernels[kernel_index]
+    ka = _gemm_instantiations(launcher_asm)[kd["id"]]
+    meta = ka.meta
+    want_mfma, per_k_block = _expected_mfma(kd)
+    mfmas = {m: c for m, c in ka.instructions.items() if m.startswith("v_mfma")}
+    # The fp8 MFMA it was configured for, and only that one; one 128-K step is unrolled once.
+    assert set(mfmas) == {want_mfma}, (kd["name"], mfmas)
+    # Two main loops (K-major and MN-major operands), each one 128-K step per trip.
+    assert mfmas[want_mfma] % per_k_block == 0 and mfmas[want_mfma] >= 2 * per_k_block, (kd["name"], mfmas, per_k_block)
+    # No scratch: no private segment, no spills, no scratch/buffer-to-scratch instructions.
+    assert int(meta[".private_segment_fixed_size"]) == 0, meta
+    assert int(meta[".vgpr_spill_count"]) == 0 and int(meta[".sgpr_spill_count"]) == 0, meta
+    assert ka.count("scratch_") == 0 and ka.count("buffer_store") == 0, ka.instructions
+    assert meta.get(".uses_dynamic_stack", "false") == "false"
+    # LDS: static + the dynamic bytes the launcher asks for.
+    lds = int(meta[".group_segment_fixed_size"]) + kd["lds_bytes"]
+    assert lds <= 65536, (kd["name"], lds)
+    # Registers: the whole workgroup must fit on one CU (waves spread over 4 SIMDs).
+    assert int(meta[".max_flat_workgroup_size"]) == kd["threads"]
+    assert ka.vgpr_total <= rocm_asm.vgpr_budget(kd["threads"]), (kd["name"], ka.vgpr_total)
+    # ... and reach the occupancy the configuration was designed for (LDS and registers together).
+    occ = rocm_asm.waves_per_simd(ka.vgpr_total, lds, kd["threads"])
+    assert occ["waves_per_simd"] >= kd["waves_per_simd"], (kd["name"], occ, kd["waves_per_simd"])
+    assert int(meta[".agpr_count"]) <= ka.vgpr_total <= 512
+    assert int(meta[".sgpr_count"]) <= 102
+    # Memory path: 16-byte global loads, 16-byte LDS traffic, address spaces resolved (no flat_*).
+    assert ka.count("global_load_dwordx4") > 0, ka.instructions
+    assert ka.count("ds_read_b128") > 0 and ka.count("ds_write_b128") > 0, ka.instructions
+    assert ka.count("global_store_dwordx4") > 0, ka.instructions  # the LDS-staged bf16 epilogue
+    assert ka.count("flat_") == 0, ka.instructions
+    assert ka.count("s_barrier") >= 2
+
+
+def test_helper_kernels_have_no_scratch(launcher_asm):
+    for sym, ka in launcher_asm.items():
+        if "pack_kernel" in sym or "reduce_kernel" in sym:
+            assert int(ka.meta[".private_segment_fixed_size"]) == 0, sym
+            assert int(ka.meta[".vgpr_spill_count"]) == 0, sym
+            assert ka.count("scratch_") == 0 and ka.count("flat_") == 0, (sym, ka.instructions)
+
+
+def test_no_unexpected_kernels(launcher_asm):
+    for sym in launcher_asm:
+        assert rocm_asm.gemm_symbol_id(sym) is not None or "pack_kernel" in sym or "reduce_kernel" in sym, sym
+
+
+def test_doc_tables_match_the_compiler(launcher_asm, kernels, dispatch_tool):
+    rows = rocm_asm.resource_rows(kernels, launcher_asm)
+    assert rocm_asm.doc_block("rocm_resources") == rocm_asm.render_resource_table(rows), (
+        "gemm/docs/rocm_gfx942.md resource table is stale: regenerate with python gemm/tests/rocm_asm.py")
+    assert rocm_asm.doc_block("rocm_shapes") == rocm_asm.render_shape_table(dispatch_tool, kernels, rows), (
+        "gemm/docs/rocm_gfx942.md shape table is stale: regenerate with python gemm/tests/rocm_asm.py")
+
+
+def test_speed_of_light_matches_the_challenge_table():
+    # task.yml's published SOL values (µs) for six of the shapes.
+    published = {(1024, 1536, 7168): 8.63, (1024, 4608, 7168): 25.89, (6144, 1536, 7168): 51.78,
+                 (6144, 4608, 7168): 155.30, (1024, 7168, 256): 3.17, (6144, 7168, 256): 17.27}
+    for shape, us in published.items():
+        got, _ = rocm_asm.sol_us(*shape)
+        assert abs(got - us) / us < 0.005, (shape, got, us)

@@ -1,0 +1,53 @@
+"""Unit tests of the GPU backends' shape dispatch (include/gemm_shape_dispatch.h), run on the CPU.
+
+shape_dispatch_selftest.cpp holds the checks (and static_asserts); this compiles it with the host
+C++ compiler and turns each of its "ok <check>" lines into a test.
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INCLUDE = os.path.join(os.path.dirname(HERE), "include")
+SOURCE = os.path.join(HERE, "shape_dispatch_selftest.cpp")
+CHECKS = [
+    "injective_on_edge_values",
+    "hub_aliasing_cases",
+    "unpackable_shapes_never_match",
+    "lookup_hits",
+    "lookup_misses",
+    "tuned_keys_unique",
+]
+
+
+def _compiler():
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    pytest.fail("no C++ compiler found (set CXX); the shape-dispatch tests need one")
+
+
+@pytest.fixture(scope="module")
+def selftest_output(tmp_path_factory):
+    exe = str(tmp_path_factory.mktemp("shape_dispatch") / "selftest")
+    cmd = [_compiler(), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", INCLUDE, SOURCE, "-o", exe]
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, f"compiling {SOURCE} failed:\n{build.stderr}"
+    run = subprocess.run([exe], capture_output=True, text=True, timeout=120)
+    return run.returncode, run.stdout.splitlines()
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_shape_dispatch(selftest_output, check):
+    _, lines = selftest_output
+    failures = [line for line in lines if line.startswith(f"FAIL {check}:")]
+    assert not failures, failures[0]
+    assert f"ok {check}" in lines, f"check {check} did not run; output:\n" + "\n".join(lines)
+
+
+def test_selftest_runs_exactly_the_known_checks(selftest_output):
+    returncode, lines = selftest_output
+    assert returncode == 0, "\n".join(lines)
+    assert sorted(line.split()[1].rstrip(":") for line in lines) == sorted(CHECKS)
