@@ -149,6 +149,9 @@ def test_get_local_kernel_offline_matches_editable_and_reference(hub_repo, tmp_p
     assert out.startswith("OK _gemm_cpu_")
 
 
+@pytest.mark.skipif(bool(torch.version.cuda or torch.version.hip),
+                    reason="`kernels benchmark` loads the installed torch's backend (no --backend option); this test "
+                           "builds the CPU variant. benchmarks/run_publish_h200.sh runs it on the CUDA variant")
 def test_kernels_benchmark_cli_runs_the_shipped_benchmark(hub_repo, tmp_path):
     kernels_cli = shutil.which("kernels") or str(Path(sys.executable).with_name("kernels"))
     result = subprocess.run(
@@ -201,7 +204,7 @@ def test_benchmark_verification_catches_wrong_kernels():
         ref = bench.verify_m1024_n1536_k7168_mnmajor()
         assert torch.allclose(bench.out, ref, atol=1e-2) is ok, name
     # outputs stay where one bf16 rounding step is below the runner's atol
-    assert ref.float().abs().max() < 2 and 0.1 < ref.float().std() < 0.5
+    assert ref.float().abs().max() < 1 and 0.08 < ref.float().std() < 0.3
 
 
 @pytest.mark.skipif(bool(torch.version.cuda or torch.version.hip),

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Compile every HIP translation unit of the gemm kernel for gfx942 (MI300X) with clang-19 and keep
+# the device assembly (with its AMDGPU metadata: VGPR/AGPR/SGPR counts, LDS, scratch, spills).
+#
+#   ci/check_hip.sh [OUT_DIR]      (default: a fresh temp dir, printed at the end)
+#
+# For each gemm/gemm/*.hip it writes OUT_DIR/<name>.gfx942.s (device-only -S) and also runs a full
+# host+device `-c` compile, so the host pass against the HIP headers is checked as well.
+# Needs (Debian 12): clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs
+#
+# Debian's device libraries are ROCm 5.2 and lack oclc_isa_version_942.bc; we write one into a
+# temp dir from the gfx940 file with the ISA version constant 9400 -> 9402. Nothing is written
+# into the repository.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+kernel_dir="$repo/gemm"
+out_dir="${1:-}"
+if [[ -z "$out_dir" ]]; then out_dir="$(mktemp -d -t gemm-hip-XXXXXX)"; fi
+mkdir -p "$out_dir"
+
+CLANG="${CLANG:-clang++-19}"
+LLVM_DIS="${LLVM_DIS:-llvm-dis-19}"
+LLVM_AS="${LLVM_AS:-llvm-as-19}"
+for tool in "$CLANG" "$LLVM_DIS" "$LLVM_AS"; do
+  command -v "$tool" >/dev/null || { echo "check_hip.sh: $tool not found (apt-get install clang-19 lld-19 llvm-19)" >&2; exit 2; }
+done
+[[ -f /usr/include/hip/hip_runtime.h ]] || { echo "check_hip.sh: HIP headers missing (apt-get install libamdhip64-dev)" >&2; exit 2; }
+
+src_lib=""
+for d in "${ROCM_DEVICE_LIB_PATH:-}" /usr/lib/x86_64-linux-gnu/amdgcn/bitcode /usr/lib/amdgcn/bitcode /opt/rocm/amdgcn/bitcode; do
+  if [[ -n "$d" && -f "$d/ockl.bc" ]]; then src_lib="$d"; break; fi
+done
+[[ -n "$src_lib" ]] || { echo "check_hip.sh: ROCm device libraries not found (apt-get install rocm-device-libs)" >&2; exit 2; }
+
+work="$(mktemp -d -t gemm-hip-devlib-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+devlib="$src_lib"
+if [[ ! -f "$src_lib/oclc_isa_version_942.bc" ]]; then
+  devlib="$work/bitcode"
+  mkdir -p "$devlib"
+  cp "$src_lib"/*.bc "$devlib/"
+  "$LLVM_DIS" "$src_lib/oclc_isa_version_940.bc" -o "$work/isa940.ll"
+  grep -q 'i32 9400' "$work/isa940.ll" || { echo "check_hip.sh: unexpected oclc_isa_version_940.bc contents" >&2; exit 2; }
+  sed 's/i32 9400/i32 9402/' "$work/isa940.ll" > "$work/isa942.ll"
+  "$LLVM_AS" "$work/isa942.ll" -o "$devlib/oclc_isa_version_942.bc"
+fi
+
+flags=(-x hip --offload-arch=gfx942 -O3 -std=c++17 -Wall -Wextra -Werror
+       --rocm-device-lib-path="$devlib" -I"$kernel_dir/include" -I"$kernel_dir/gemm")
+
+status=0
+shopt -s nullglob
+units=("$kernel_dir"/gemm/*.hip)
+[[ ${#units[@]} -gt 0 ]] || { echo "check_hip.sh: no .hip files in $kernel_dir/gemm" >&2; exit 1; }
+for unit in "${units[@]}"; do
+  name="$(basename "$unit" .hip)"
+  echo "== $name.hip: device assembly (gfx942)"
+  if ! "$CLANG" "${flags[@]}" --cuda-device-only -S "$unit" -o "$out_dir/$name.gfx942.s"; then status=1; continue; fi
+  echo "== $name.hip: host + device object"
+  if ! "$CLANG" "${flags[@]}" -fPIC -c "$unit" -o "$work/$name.o"; then status=1; continue; fi
+done
+echo "assembly in: $out_dir"
+exit $status

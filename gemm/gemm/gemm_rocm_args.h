@@ -1,0 +1,78 @@
+// Kernel argument blocks of the gfx942 GEMM passes. Plain host C++ PODs (raw pointers, sizes,
+// element strides) passed by value to the kernels; shared by the HIP launcher and the emulator.
+#pragma once
+
+#include <cstdint>
+
+namespace fp8gemm::rocm {
+
+// Pack pass: one operand (a or b) -> K-major e4m3fnuz copy in the workspace, rows of `dst_ld`
+// bytes (a multiple of 128), zero-filled for k in [k, dst_ld). Any source strides.
+enum class PackMode : int32_t {
+  kMnVector = 0,  // source rows contiguous (stride_row == 1), 16-byte aligned: dwordx4 loads + byte transpose
+  kKVector = 1,   // source K-contiguous (stride_k == 1), 4-byte aligned: dword loads along k
+  kGather = 2,    // anything else: byte gathers (slow, always correct)
+};
+
+struct PackArgs {
+  const uint8_t* src;
+  int64_t stride_row, stride_k;  // elements (bytes)
+  int32_t rows, k;               // logical rows (M or N) and K
+  uint8_t* dst;
+  int64_t dst_ld;
+  PackMode mode;
+  int32_t convert_e4m3fn;  // 1: map e4m3fn bytes to e4m3fnuz (see fp8_numerics.h)
+};
+
+// Main pass. Each operand is read either K-major (rows of lda/ldb bytes, 16-byte aligned, valid k
+// in [0, k_limit), k_limit a multiple of 16; bytes at k >= K inside the limit are zero) or
+// MN-major (see a_mn_major). Bytes are e4m3fnuz, or e4m3fn converted on the way to LDS.
+struct GemmArgs {
+  const uint8_t* a;
+  int64_t lda;
+  const uint8_t* b;
+  int64_t ldb;
+  const float* a_scale;
+  int64_t a_scale_stride_m, a_scale_stride_kb;
+  const float* b_scale;
+  int64_t b_scale_stride_nb, b_scale_stride_kb;
+  float scale_factor;  // 1, or 4 for e4m3fn inputs (fp8_numerics.h)
+  int32_t m, n, k_limit;
+  int32_t k_blocks;        // ceil(K / 128)
+  int32_t kb_per_split;    // K blocks handled by one blockIdx.z
+  int32_t tiles_m, tiles_n;
+  // split_k == 1: bf16 result straight to out.
+  uint16_t* out;
+  int64_t out_stride_m, out_stride_n;
+  // split_k > 1: fp32 partial sums, partial[z * partial_split_stride + m * partial_ld + n].
+  float* partial;
+  int64_t partial_ld, partial_split_stride;
+  int32_t split_k;
+  // 1: the operand is read in place as e4m3fn; its bytes are mapped to e4m3fnuz on the way to LDS
+  // (fp8_numerics.h; scale_factor then carries the factor 4). Packed operands are already fnuz.
+  int32_t convert_a_e4m3fn, convert_b_e4m3fn;
+  // 1: the operand is read in place MN-major (rows contiguous; lda / ldb is then the byte stride
+  // between consecutive k) and transposed in registers on the way to LDS.
+  int32_t a_mn_major, b_mn_major;
+  int32_t k;  // logical K (MN-major operands mask k rows >= k)
+  // 1: split_k == 1, out row-contiguous, 16-byte aligned rows and n % 8 == 0: the epilogue stages
+  // bf16 through LDS and writes 16-byte chunks.
+  int32_t out_vector_ok;
+};
+
+// Reduction pass (only with split-K): out = bf16_rne(sum over splits of the partials).
+struct ReduceArgs {
+  const float* partial;
+  int64_t partial_ld, partial_split_stride;
+  int32_t splits;
+  int32_t m, n;
+  uint16_t* out;
+  int64_t out_stride_m, out_stride_n;
+};
+
+constexpr int kPackTile = 128;      // pack pass: 128 rows x 128 k per workgroup
+constexpr int kPackThreads = 256;
+constexpr int kPackLdsBytes = kPackTile * kPackTile;
+constexpr int kReduceThreads = 256;  // each thread: 4 consecutive columns of one row
+
+}  // namespace fp8gemm::rocm

@@ -1,0 +1,263 @@
+// The gfx942 GEMM call as data: which passes run (pack a, pack b, GEMM, split-K reduction), with
+// their grids, workgroup sizes, LDS bytes and argument blocks, plus the workspace layout. Plain
+// host C++: the HIP launcher (gemm_launcher.hip) and the CPU SIMT emulator execute the same plan.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <climits>
+
+#include "gemm_problem.h"
+#include "gemm_rocm_args.h"
+#include "gemm_rocm_config.h"
+#include "fp8_numerics.h"
+
+namespace fp8gemm::rocm {
+
+enum class PassKind : int32_t { kPack = 0, kGemm = 1, kReduce = 2 };
+
+struct Pass {
+  PassKind kind;
+  GemmKernelId gemm_kernel;  // kGemm only
+  uint32_t grid[3];          // workgroups in x, y, z
+  uint32_t block_threads;
+  uint32_t lds_bytes;        // dynamic LDS
+  PackArgs pack;             // kPack
+  GemmArgs gemm;             // kGemm
+  ReduceArgs reduce;         // kReduce
+};
+
+enum class PlanStatus : int32_t {
+  kOk = 0,
+  kBadShape,        // m, n or k < 1, or beyond the 32-bit index range the kernels use
+  kNullPointer,     // a, b, a_scale, b_scale or out is null
+  kBadFormat,       // unknown Fp8Format
+  kNoWorkspace,     // workspace needed but null / too small (make_plan with a workspace only)
+};
+
+struct Plan {
+  PlanStatus status = PlanStatus::kBadShape;
+  GemmConfig config{GemmKernelId::kT128x128_W2x2_M32, 1};
+  bool tuned = false;       // config came from kTunedShapes
+  bool pack_a = false, pack_b = false;            // operand goes through a pack pass
+  bool a_mn_direct = false, b_mn_direct = false;  // operand read in place MN-major
+  size_t workspace_bytes = 0;
+  int num_passes = 0;
+  Pass passes[4] = {};
+};
+
+constexpr size_t kWorkspaceAlign = 256;
+constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// Largest M, N, K the kernels index with 32-bit ints (row * 128 tiles etc. stay < 2^31).
+constexpr int64_t kMaxDim = (int64_t{1} << 30);
+
+namespace detail {
+
+inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// Can the main kernel read this operand in place? K-major rows, 16-byte aligned dwordx4 loads,
+// whole 16-byte chunks (K % 16 == 0). Either format: e4m3fn bytes are converted on the way to LDS.
+inline bool direct_ok(const uint8_t* base, int64_t rows, int64_t stride_row, int64_t stride_k, int64_t k) {
+  if (k % 16 != 0) return false;
+  if (stride_k != 1 || !aligned(base, 16)) return false;
+  return rows == 1 || stride_row % 16 == 0;
+}
+
+// Can the main kernel read this operand in place MN-major (transposing in registers)? Rows
+// contiguous, 16-byte aligned k rows, whole 16-row groups (no partial row group at the M/N tail).
+inline bool direct_mn_ok(const uint8_t* base, int64_t rows, int64_t stride_row, int64_t stride_k) {
+  return stride_row == 1 && rows % 16 == 0 && stride_k % 16 == 0 && aligned(base, 16);
+}
+
+inline PackMode pack_mode(const uint8_t* base, int64_t rows, int64_t stride_row, int64_t stride_k) {
+  if (stride_row == 1 && stride_k % 16 == 0 && aligned(base, 16)) return PackMode::kMnVector;
+  if (stride_k == 1 && (rows == 1 || stride_row % 4 == 0) && aligned(base, 4)) return PackMode::kKVector;
+  return PackMode::kGather;
+}
+
+inline Pass make_pack_pass(const uint8_t* src, int64_t rows, int64_t stride_row, int64_t stride_k, int64_t k,
+                           uint8_t* dst, int64_t dst_ld, bool convert_fn) {
+  Pass pass{};
+  pass.kind = PassKind::kPack;
+  pass.grid[0] = static_cast<uint32_t>(ceil_div(rows, kPackTile));
+  pass.grid[1] = static_cast<uint32_t>(dst_ld / kPackTile);
+  pass.grid[2] = 1;
+  pass.block_threads = kPackThreads;
+  pass.lds_bytes = kPackLdsBytes;
+  pass.pack = PackArgs{src,
+                       stride_row,
+                       stride_k,
+                       static_cast<int32_t>(rows),
+                       static_cast<int32_t>(k),
+                       dst,
+                       dst_ld,
+                       pack_mode(src, rows, stride_row, stride_k),
+                       convert_fn ? 1 : 0};
+  return pass;
+}
+
+}  // namespace detail
+
+// Builds the plan. With workspace == nullptr only the sizes are filled in (status may still be
+// kOk: that is how workspace_bytes() asks); with a workspace, its size is checked.
+inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_size, bool sizing_only) {
+  Plan plan;
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > kMaxDim || p.n > kMaxDim || p.k > kMaxDim) {
+    plan.status = PlanStatus::kBadShape;
+    return plan;
+  }
+  if (p.format != Fp8Format::kE4M3FNUZ && p.format != Fp8Format::kE4M3FN) {
+    plan.status = PlanStatus::kBadFormat;
+    return plan;
+  }
+  if (!sizing_only && (!p.a || !p.b || !p.a_scale || !p.b_scale || !p.out)) {
+    plan.status = PlanStatus::kNullPointer;
+    return plan;
+  }
+  const bool fn = p.format == Fp8Format::kE4M3FN;
+  const int64_t k_blocks = p.k_blocks();
+  const int64_t k_pad = k_blocks * kBlockK;
+
+  plan.tuned = is_tuned_shape(p.m, p.n, p.k);
+  plan.config = select_config(p.m, p.n, p.k);
+  const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
+  // Grid limits: the GEMM's tile count is a 32-bit int in the kernel, the pack pass puts K tiles
+  // on grid y (at most 65535 on AMD), the reduction's thread count must fit grid x.
+  const int64_t tile_total = ceil_div(p.m, ks.block_m) * ceil_div(p.n, ks.block_n);
+  if (tile_total > INT32_MAX || k_blocks > 65535 || ceil_div(ceil_div(p.n, 4) * p.m, kReduceThreads) > INT32_MAX) {
+    plan.status = PlanStatus::kBadShape;
+    return plan;
+  }
+
+  // Split-K: never more splits than K blocks, and no empty split.
+  int64_t split = plan.config.split_k < 1 ? 1 : plan.config.split_k;
+  if (split > k_blocks) split = k_blocks;
+  const int64_t kb_per_split = ceil_div(k_blocks, split);
+  split = ceil_div(k_blocks, kb_per_split);
+  plan.config.split_k = static_cast<int>(split);
+
+  // Per operand: K-major in place, else MN-major in place, else a pack pass into the workspace.
+  const bool a_k_direct = detail::direct_ok(p.a, p.m, p.a_stride_m, p.a_stride_k, p.k);
+  const bool b_k_direct = detail::direct_ok(p.b, p.n, p.b_stride_n, p.b_stride_k, p.k);
+  // The kernel reads both operands in the same layout; MN-major in place needs both eligible.
+  const bool mn_direct = !a_k_direct && !b_k_direct && detail::direct_mn_ok(p.a, p.m, p.a_stride_m, p.a_stride_k) &&
+                         detail::direct_mn_ok(p.b, p.n, p.b_stride_n, p.b_stride_k);
+  plan.a_mn_direct = plan.b_mn_direct = mn_direct;
+  plan.pack_a = !a_k_direct && !mn_direct;
+  plan.pack_b = !b_k_direct && !mn_direct;
+
+  // Workspace: [packed a: m x k_pad][packed b: n x k_pad][fp32 partials: split x m x ld].
+  const int64_t partial_ld = (p.n + 3) / 4 * 4;
+  size_t off = 0;
+  const size_t a_off = off;
+  if (plan.pack_a) off = align_up(off + static_cast<size_t>(p.m * k_pad), kWorkspaceAlign);
+  const size_t b_off = off;
+  if (plan.pack_b) off = align_up(off + static_cast<size_t>(p.n * k_pad), kWorkspaceAlign);
+  const size_t partial_off = off;
+  if (split > 1) off = align_up(off + static_cast<size_t>(split * p.m * partial_ld) * sizeof(float), kWorkspaceAlign);
+  plan.workspace_bytes = off;
+  if (sizing_only) {
+    plan.status = PlanStatus::kOk;
+    return plan;
+  }
+  if (off > 0 && (workspace == nullptr || workspace_size < off || !detail::aligned(workspace, kWorkspaceAlign))) {
+    plan.status = PlanStatus::kNoWorkspace;
+    return plan;
+  }
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+
+  const uint8_t* a_k_major = p.a;
+  int64_t lda = p.a_stride_m;
+  if (plan.pack_a) {
+    plan.passes[plan.num_passes++] =
+        detail::make_pack_pass(p.a, p.m, p.a_stride_m, p.a_stride_k, p.k, ws + a_off, k_pad, fn);
+    a_k_major = ws + a_off;
+    lda = k_pad;
+  } else if (plan.a_mn_direct) {
+    lda = p.a_stride_k;
+  } else if (p.m == 1) {
+    lda = 0;  // a single row: the stride is never used
+  }
+  const uint8_t* b_k_major = p.b;
+  int64_t ldb = p.b_stride_n;
+  if (plan.pack_b) {
+    plan.passes[plan.num_passes++] =
+        detail::make_pack_pass(p.b, p.n, p.b_stride_n, p.b_stride_k, p.k, ws + b_off, k_pad, fn);
+    b_k_major = ws + b_off;
+    ldb = k_pad;
+  } else if (plan.b_mn_direct) {
+    ldb = p.b_stride_k;
+  } else if (p.n == 1) {
+    ldb = 0;
+  }
+
+  Pass gemm{};
+  gemm.kind = PassKind::kGemm;
+  gemm.gemm_kernel = plan.config.kernel;
+  const int64_t tiles_m = ceil_div(p.m, ks.block_m), tiles_n = ceil_div(p.n, ks.block_n);
+  gemm.grid[0] = static_cast<uint32_t>(tiles_m * tiles_n);
+  gemm.grid[1] = 1;
+  gemm.grid[2] = static_cast<uint32_t>(split);
+  gemm.block_threads = static_cast<uint32_t>(ks.threads());
+  gemm.lds_bytes = static_cast<uint32_t>(ks.lds_bytes());
+  float* partial = split > 1 ? reinterpret_cast<float*>(ws + partial_off) : nullptr;
+  gemm.gemm = GemmArgs{a_k_major,
+                       lda,
+                       b_k_major,
+                       ldb,
+                       p.a_scale,
+                       p.a_scale_stride_m,
+                       p.a_scale_stride_kb,
+                       p.b_scale,
+                       p.b_scale_stride_nb,
+                       p.b_scale_stride_kb,
+                       fn ? kE4m3fnProductFactor : 1.0f,
+                       static_cast<int32_t>(p.m),
+                       static_cast<int32_t>(p.n),
+                       static_cast<int32_t>((p.k + 15) / 16 * 16),
+                       static_cast<int32_t>(k_blocks),
+                       static_cast<int32_t>(kb_per_split),
+                       static_cast<int32_t>(tiles_m),
+                       static_cast<int32_t>(tiles_n),
+                       p.out,
+                       p.out_stride_m,
+                       p.out_stride_n,
+                       partial,
+                       partial_ld,
+                       p.m * partial_ld,
+                       static_cast<int32_t>(split),
+                       (fn && !plan.pack_a) ? 1 : 0,
+                       (fn && !plan.pack_b) ? 1 : 0,
+                       plan.a_mn_direct ? 1 : 0,
+                       plan.b_mn_direct ? 1 : 0,
+                       static_cast<int32_t>(p.k),
+                       (split == 1 && p.out_stride_n == 1 && p.n % 8 == 0 && (p.m == 1 || p.out_stride_m % 8 == 0) &&
+                        detail::aligned(p.out, 16))
+                           ? 1
+                           : 0};
+  plan.passes[plan.num_passes++] = gemm;
+
+  if (split > 1) {
+    Pass red{};
+    red.kind = PassKind::kReduce;
+    const int64_t threads = ceil_div(p.n, 4) * p.m;
+    red.grid[0] = static_cast<uint32_t>(ceil_div(threads, kReduceThreads));
+    red.grid[1] = red.grid[2] = 1;
+    red.block_threads = kReduceThreads;
+    red.lds_bytes = 0;
+    red.reduce = ReduceArgs{partial,          partial_ld, p.m * partial_ld,    static_cast<int32_t>(split),
+                            static_cast<int32_t>(p.m), static_cast<int32_t>(p.n), p.out, p.out_stride_m,
+                            p.out_stride_n};
+    plan.passes[plan.num_passes++] = red;
+  }
+  plan.status = PlanStatus::kOk;
+  return plan;
+}
+
+inline size_t plan_workspace_bytes(const GemmProblem& p) {
+  const Plan plan = make_plan(p, nullptr, 0, /*sizing_only=*/true);
+  return plan.status == PlanStatus::kOk ? plan.workspace_bytes : 0;
+}
+
+}  // namespace fp8gemm::rocm
