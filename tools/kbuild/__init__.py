@@ -4,7 +4,10 @@ kernel-builder (``nix build ./<kernel>``) generates CMake, ``registration.h`` an
 sandbox and never sees this package. kbuild gives the same result for local development without Nix:
 
 * ``pip install --no-build-isolation -e <kernel>`` (each kernel's ``setup.py`` calls :func:`setup_kernel`),
-* ``python -m kbuild variant <kernel>`` writes ``<kernel>/build/<variant>/`` in kernel-builder's flat layout.
+* ``python tools/kbuild variant <kernel>`` (or ``PYTHONPATH=tools python -m kbuild …``) writes
+  ``<kernel>/build/<variant>/`` in kernel-builder's flat layout (:mod:`kbuild.variant`), ABI-checked
+  (:mod:`kbuild.abi`), with the card rendered (:mod:`kbuild.card`); ``upload`` (:mod:`kbuild.upload`) and
+  ``wheel`` (:mod:`kbuild.wheel`) publish it. See ``python tools/kbuild --help``.
 
 Everything is driven by the kernel's own ``build.toml``: the same file kernel-builder reads.
 """

@@ -47,6 +47,9 @@ class KernelConfig:
     torch_include: tuple[str, ...]
     torch_cxx_flags: tuple[str, ...]
     kernels: tuple[KernelSection, ...]
+    # [torch] pyext: extensions of the Python/data files in torch-ext/<pkg>/ that a build ships.
+    torch_pyext: tuple[str, ...] = ("py", "pyi")
+    upstream: str | None = None
 
     @property
     def python_name(self) -> str:
@@ -122,4 +125,6 @@ def load_config(kernel_dir: str | Path) -> KernelConfig:
         torch_include=_strings(torch, "include", f"{path}: [torch]"),
         torch_cxx_flags=_strings(torch, "cxx-flags", f"{path}: [torch]"),
         kernels=tuple(sections),
+        torch_pyext=_strings(torch, "pyext", f"{path}: [torch]") if "pyext" in torch else ("py", "pyi"),
+        upstream=general.get("upstream"),
     )

@@ -59,23 +59,42 @@ def cuda_arch_flags(capabilities: list[str]) -> list[str]:
     return flags
 
 
-def sections_to_build(cfg: KernelConfig, backend: str) -> list[KernelSection]:
+def sections_to_build(cfg: KernelConfig, backend: str, with_cpu: bool | None = None) -> list[KernelSection]:
+    """The backend's sections, plus the CPU ones on a GPU backend when ``with_cpu`` (default:
+    ``KBUILD_WITH_CPU``, on). Build variants pass ``with_cpu=False``: kernel-builder variants are one backend."""
+    if with_cpu is None:
+        with_cpu = os.environ.get("KBUILD_WITH_CPU", "1") != "0"
     sections = list(cfg.sections_for(backend))
-    if backend != "cpu" and os.environ.get("KBUILD_WITH_CPU", "1") != "0":
+    if backend != "cpu" and with_cpu:
         sections += cfg.sections_for("cpu")
     return sections
 
 
-def make_extension(cfg: KernelConfig, backend: str, ops_name: str, generated_dir: Path):
-    """A torch.utils.cpp_extension Extension named ``<pkg>.<ops_name>`` (sources relative to cfg.root)."""
+def make_extension(
+    cfg: KernelConfig,
+    backend: str,
+    ops_name: str,
+    generated_dir: Path,
+    *,
+    with_cpu: bool | None = None,
+    default_cuda_capabilities: list[str] | None = None,
+    extra_sources: list[str] | None = None,
+):
+    """A torch.utils.cpp_extension Extension named ``<pkg>.<ops_name>`` (sources relative to cfg.root).
+
+    ``default_cuda_capabilities`` is used when no CUDA section lists ``cuda-capabilities`` (build variants
+    pass kernel-builder's default list; the editable build leaves it None, so torch targets the local GPU).
+    ``extra_sources`` (absolute paths) are compiled in as well.
+    """
     from torch.utils import cpp_extension
 
-    sections = sections_to_build(cfg, backend)
+    sections = sections_to_build(cfg, backend, with_cpu)
     compiled_backends = sorted({s.backend for s in sections})
 
     sources = [s for s in cfg.torch_src if Path(s).suffix in (".cpp", ".cc", ".cxx", ".c")]
     for s in sections:
         sources += s.compiled_sources
+    sources += list(extra_sources or [])
     # Include dirs are absolute: the compiler may run from setuptools' temp dir.
     include_dirs = [str(generated_dir), str(cfg.root)]
     for inc in list(cfg.torch_include) + [i for s in sections for i in s.include]:
@@ -91,7 +110,7 @@ def make_extension(cfg: KernelConfig, backend: str, ops_name: str, generated_dir
     cxx = ["-O3"] + list(cfg.torch_cxx_flags) + [f for s in sections for f in s.cxx_flags]
     gpu: list[str] = ["-O3"]
     if backend == "cuda":
-        caps = [c for s in sections for c in s.cuda_capabilities]
+        caps = [c for s in sections for c in s.cuda_capabilities] or list(default_cuda_capabilities or [])
         gpu += cuda_arch_flags(list(dict.fromkeys(caps)))
         gpu += [f for s in sections for f in s.cuda_flags]
         gpu += ["-std=c++17"] if not any(f.startswith("-std=") for f in gpu) else []
@@ -112,11 +131,19 @@ def make_extension(cfg: KernelConfig, backend: str, ops_name: str, generated_dir
     return cpp_extension.CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": gpu}, **kwargs)
 
 
-def prepare(kernel_dir, backend: str | None = None, uid: str | None = None, flavor: str = "dev"):
+def prepare(
+    kernel_dir,
+    backend: str | None = None,
+    uid: str | None = None,
+    flavor: str = "dev",
+    ops_py_dir: Path | None = None,
+):
     """Resolve backend and ops name, write the generated files; returns (cfg, backend, ops_name, gen_dir).
 
     ``flavor`` keeps editable builds (``dev``) and build variants (``""``) of the same tree in separate
-    op namespaces, so both can be loaded in one process.
+    op namespaces, so both can be loaded in one process. ``_ops.py`` goes to ``ops_py_dir`` (default: the
+    package in torch-ext, for the editable install); build variants write theirs into the variant dir and
+    must leave the editable install's file alone.
     """
     cfg = load_config(kernel_dir)
     backend = backend or detect_backend()
@@ -126,7 +153,7 @@ def prepare(kernel_dir, backend: str | None = None, uid: str | None = None, flav
     name = make_ops_name(cfg.python_name, backend, uid + (f"_{flavor}" if flavor else ""))
     gen_dir = cfg.root / "_build" / "generated" / name
     write_registration_h(gen_dir)
-    write_ops_py(cfg.package_dir, name)
+    write_ops_py(Path(ops_py_dir) if ops_py_dir is not None else cfg.package_dir, name)
     return cfg, backend, name, gen_dir
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -54,12 +55,34 @@ def _git(cwd: Path, *args: str) -> str | None:
     return out.stdout.strip()
 
 
+# Build outputs and generated files: not part of a kernel's content hash.
+_NOT_SOURCE = {"build", "_build", "dist", "result", "__pycache__", ".pytest_cache", ".hypothesis"}
+
+
+def _content_hash(kernel_dir: Path) -> str | None:
+    import hashlib
+
+    h = hashlib.sha256()
+    files = 0
+    for p in sorted(kernel_dir.rglob("*")):
+        rel = p.relative_to(kernel_dir)
+        if not p.is_file() or _NOT_SOURCE.intersection(rel.parts) or p.suffix == ".so" or p.name == "_ops.py":
+            continue
+        h.update(rel.as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+        files += 1
+    return h.hexdigest()[:7] if files else None
+
+
 def unique_id(kernel_dir: Path) -> str:
     """kernel-builder's local ops id: 7 hex chars of the kernel dir's git tree at HEAD, ``_dirty`` if
-    tracked files changed; a random token outside git."""
+    tracked files changed. ``KBUILD_UNIQUE_ID`` overrides it (kernel-builder's ``--unique-id``); outside
+    git it is a hash of the kernel's files (stable across rebuilds of the same sources)."""
+    forced = os.environ.get("KBUILD_UNIQUE_ID")
+    if forced:
+        return forced
     tree = _git(kernel_dir, "rev-parse", "HEAD:./")
     if not tree:
-        return secrets.token_hex(4)
+        return _content_hash(Path(kernel_dir)) or secrets.token_hex(4)
     status = _git(kernel_dir, "status", "--porcelain", "--untracked-files=no", "--", ".")
     return tree[:7] + ("_dirty" if status else "")
 

@@ -9,7 +9,7 @@ import torch
 
 from ._ops import add_op_namespace_prefix, ops
 
-__all__ = ["img2gray"]
+__all__ = ["img2gray", "layers"]
 
 
 def img2gray(image: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -34,3 +34,7 @@ def _img2gray_fake(out: torch.Tensor, image: torch.Tensor) -> None:
     torch._check(out.device == image.device, lambda: f"img2gray: out and image must be on the same device, got out on {out.device} and image on {image.device}")
     torch._check(tuple(out.shape) == tuple(image.shape[:-1]), lambda: f"img2gray: out must have shape {tuple(image.shape[:-1])}, got {tuple(out.shape)}")
     return None
+
+
+# Imported last: layers.py uses img2gray() defined above.
+from . import layers  # noqa: E402
