@@ -47,11 +47,13 @@ def hub_repo(tmp_path_factory) -> Path:
     editable_ops = KERNEL_DIR / "torch-ext" / "gemm" / "_ops.py"
     before = (editable_ops.read_bytes(), editable_ops.stat().st_mtime_ns) if editable_ops.exists() else None
     result = subprocess.run(
-        [sys.executable, str(KBUILD), "variant", str(KERNEL_DIR), "--out", str(root / "build")],
+        [sys.executable, str(KBUILD), "variant", str(KERNEL_DIR), "--out", str(root / "build"),
+         # The ABI is judged by its own test (below), so a host whose glibc is newer than manylinux_2_28
+         # fails that one test, not every test built on this fixture.
+         "--skip-abi-check"],
         env=_env(), capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "ABI check (manylinux_2_28, abi3 3.9)" in result.stdout and ", ok" in result.stdout, result.stdout
     after = (editable_ops.read_bytes(), editable_ops.stat().st_mtime_ns) if editable_ops.exists() else None
     assert before == after, "a variant build must leave the editable install's _ops.py alone"
     shutil.copytree(KERNEL_DIR / "benchmarks", root / "benchmarks")
@@ -108,7 +110,10 @@ def test_every_shared_object_passes_the_abi_check(variant_dir):
     assert len(objects) == 1
     for so in objects:
         obj = ObjectFile(str(so))
-        assert obj.check_manylinux("manylinux_2_28") == []
+        violations = obj.check_manylinux("manylinux_2_28")
+        # Fails on hosts whose toolchain links newer glibc symbols (seen on Ubuntu 24.04, glibc 2.39:
+        # __isoc23_strtoul, arc4random, pthread_once@GLIBC_2.34). Publishable builds come from `nix build`.
+        assert violations == [], f"{so.name} is not manylinux_2_28 on this host's toolchain: {violations}"
         assert obj.check_python_abi("3.9") == []
 
 
