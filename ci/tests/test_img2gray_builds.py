@@ -1,5 +1,5 @@
 """img2gray's GPU source builds for the targets build.toml claims, checked without a GPU:
-nvcc for sm_90 (SASS moves 16-byte vectors, no FMA) and hipify + clang-19 for gfx942 (same)."""
+nvcc for sm_90a (PTX moves 16-byte vectors, no FMA) and hipify + clang-19 for gfx942 (same)."""
 
 import re
 import shutil
@@ -43,17 +43,17 @@ def test_gfx942_no_scratch(gfx942_asm):
 
 
 @pytest.fixture(scope="module")
-def sm90_ptx(tmp_path_factory):
+def sm90a_ptx(tmp_path_factory):
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not Path(nvcc).exists():
         pytest.skip("nvcc not installed")
-    out = tmp_path_factory.mktemp("sm90") / "img2gray.ptx"
-    subprocess.run([nvcc, "-gencode=arch=compute_90,code=compute_90", "-O3", "-std=c++17", "-ptx",
+    out = tmp_path_factory.mktemp("sm90a") / "img2gray.ptx"
+    subprocess.run([nvcc, "-gencode=arch=compute_90a,code=compute_90a", "-O3", "-std=c++17", "-ptx",
                     str(CSRC / "img2gray_cuda" / "img2gray.cu"), "-o", str(out)], check=True)
     return out.read_text()
 
 
-def test_sm90_vector_loads_and_no_fma(sm90_ptx):
-    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.u32", sm90_ptx)) >= 3
-    assert re.search(r"st\.global\.v4\.u32", sm90_ptx)
-    assert not re.search(r"\bfma\.rn\.f32", sm90_ptx), "the formula was contracted to FMA"
+def test_sm90a_vector_loads_and_no_fma(sm90a_ptx):
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.u32", sm90a_ptx)) >= 3
+    assert re.search(r"st\.global\.v4\.u32", sm90a_ptx)
+    assert not re.search(r"\bfma\.rn\.f32", sm90a_ptx), "the formula was contracted to FMA"
