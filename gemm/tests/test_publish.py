@@ -208,8 +208,9 @@ def test_benchmark_verification_catches_wrong_kernels():
         bench.benchmark_m1024_n1536_k7168_mnmajor()
         ref = bench.verify_m1024_n1536_k7168_mnmajor()
         assert torch.allclose(bench.out, ref, atol=1e-2) is ok, name
-    # outputs stay where one bf16 rounding step is below the runner's atol
-    assert ref.float().abs().max() < 1 and 0.08 < ref.float().std() < 0.3
+    # Outputs stay where bf16 rounding (half an ulp: 2^-8 * 2^floor(log2|x|)) is below the runner's
+    # atol of 1e-2, i.e. |out| < 4, while not being so small that the check is vacuous.
+    assert ref.float().abs().max() < 4 and 0.08 < ref.float().std() < 0.3
 
 
 @pytest.mark.skipif(bool(torch.version.cuda or torch.version.hip),
