@@ -167,30 +167,23 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   }
   uint8_t* ws = static_cast<uint8_t*>(workspace);
 
-  const uint8_t* a_k_major = p.a;
-  int64_t lda = p.a_stride_m;
-  if (plan.pack_a) {
-    plan.passes[plan.num_passes++] =
-        detail::make_pack_pass(p.a, p.m, p.a_stride_m, p.a_stride_k, p.k, ws + a_off, k_pad, fn);
-    a_k_major = ws + a_off;
-    lda = k_pad;
-  } else if (plan.a_mn_direct) {
-    lda = p.a_stride_k;
-  } else if (p.m == 1) {
-    lda = 0;  // a single row: the stride is never used
-  }
-  const uint8_t* b_k_major = p.b;
-  int64_t ldb = p.b_stride_n;
-  if (plan.pack_b) {
-    plan.passes[plan.num_passes++] =
-        detail::make_pack_pass(p.b, p.n, p.b_stride_n, p.b_stride_k, p.k, ws + b_off, k_pad, fn);
-    b_k_major = ws + b_off;
-    ldb = k_pad;
-  } else if (plan.b_mn_direct) {
-    ldb = p.b_stride_k;
-  } else if (p.n == 1) {
-    ldb = 0;
-  }
+  // Where the GEMM pass reads one operand (`rows` x K) and its leading dimension: the packed copy,
+  // the MN-major original (leading dimension = K stride), or the K-major original.
+  struct Operand {
+    const uint8_t* data;
+    int64_t ld;
+  };
+  auto operand = [&](const uint8_t* x, int64_t rows, int64_t stride_row, int64_t stride_k, bool pack, bool mn_direct,
+                     uint8_t* packed) -> Operand {
+    if (pack) {
+      plan.passes[plan.num_passes++] = detail::make_pack_pass(x, rows, stride_row, stride_k, p.k, packed, k_pad, fn);
+      return {packed, k_pad};
+    }
+    if (mn_direct) return {x, stride_k};
+    return {x, rows == 1 ? 0 : stride_row};  // a single row: the stride is never used
+  };
+  const Operand a = operand(p.a, p.m, p.a_stride_m, p.a_stride_k, plan.pack_a, plan.a_mn_direct, ws + a_off);
+  const Operand b = operand(p.b, p.n, p.b_stride_n, p.b_stride_k, plan.pack_b, plan.b_mn_direct, ws + b_off);
 
   Pass gemm{};
   gemm.kind = PassKind::kGemm;
@@ -202,10 +195,10 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   gemm.block_threads = static_cast<uint32_t>(ks.threads());
   gemm.lds_bytes = static_cast<uint32_t>(ks.lds_bytes());
   float* partial = split > 1 ? reinterpret_cast<float*>(ws + partial_off) : nullptr;
-  gemm.gemm = GemmArgs{a_k_major,
-                       lda,
-                       b_k_major,
-                       ldb,
+  gemm.gemm = GemmArgs{a.data,
+                       a.ld,
+                       b.data,
+                       b.ld,
                        p.a_scale,
                        p.a_scale_stride_m,
                        p.a_scale_stride_kb,

@@ -72,9 +72,6 @@ void img2gray(at::Tensor& out, const at::Tensor& image) {
   if (out.numel() == 0) return;
   // Kernels read packed rows: a strided view (a crop, a channels-first permute) is packed once here.
   const at::Tensor rgb = image.contiguous();
-  const int64_t width = image.size(-2);
-  const int64_t rows = out.numel() / width;
-
   if (image.device().is_cpu()) {
 #ifdef CPU_KERNEL
     grayscale::rgb_to_gray_cpu(rgb.const_data_ptr<uint8_t>(), out.mutable_data_ptr<uint8_t>(), out.numel());
@@ -84,6 +81,8 @@ void img2gray(at::Tensor& out, const at::Tensor& image) {
 #if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
   if (image.device().is_cuda()) {
     const c10::DeviceGuard guard(image.device());
+    const int64_t width = image.size(-2);
+    const int64_t rows = out.numel() / width;
     const char* error = grayscale::rgb_to_gray_gpu(rgb.const_data_ptr<uint8_t>(), out.mutable_data_ptr<uint8_t>(),
                                                   rows, width, current_stream(image.device()));
     TORCH_CHECK(error == nullptr, "img2gray: kernel launch failed: ", error);
