@@ -320,6 +320,37 @@ def run_case(be, m, n, k, layout, dtype, gen, out_kind="contig", special=None, c
                 special=special or "", path="exact" if exact else "fp8", **res)
 
 
+HAND_CHECK_SHAPES = ODD_SHAPES + [(200, 320, 1000), (384, 960, 4096), (129, 4608, 7168), (1024, 7168, 256),
+                                  (6144, 576, 1536), (300, 1000, 16), (64, 2112, 7168), (1000, 192, 384)]
+
+
+def hand_variant_suite(be, quick=False):
+    """Every hand-written kernel forced on odd and mid-size shapes, all layouts/dtypes, poisoned out."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321)
+    summary = {}
+    fails = []
+    for cfg in [[v, split, splits, 8, 0] for v in HAND_VARIANTS for (split, splits) in ((0, 1), (2, 1), (1, 2), (1, 3))]:
+        npass = ntot = 0
+        for i, (m, n, k) in enumerate(HAND_CHECK_SHAPES[::6] if quick else HAND_CHECK_SHAPES):
+            layouts = [("kmajor", FN, "contig"), ("mnmajor", FNUZ, "contig"), ("deepseek", FN, "strided"),
+                       ("deepseek", FNUZ, "contig")]
+            for (layout, dtype, out_kind) in layouts[i % 2::2] if m * n * k > (1 << 28) else layouts:
+                try:
+                    r = run_case(be, m, n, k, layout, dtype, gen, out_kind, None, cfg=cfg)
+                except Exception as e:
+                    r = dict(m=m, n=n, k=k, layout=layout, pass_=False, error=repr(e)[:200], **{"pass": False})
+                ntot += 1
+                npass += bool(r["pass"])
+                if not r["pass"]:
+                    fails.append(dict(cfg=cfg_name(cfg), **{kk: vv for kk, vv in r.items() if kk != "pass_"}))
+                    print("HANDFAIL", cfg_name(cfg), m, n, k, layout, dtype, out_kind,
+                          {kk: r.get(kk) for kk in ("max_abs_err", "rel_err", "nan_mismatch", "error")}, flush=True)
+        summary[cfg_name(cfg)] = f"{npass}/{ntot}"
+        print("hand", cfg_name(cfg), f"{npass}/{ntot}", flush=True)
+    return dict(summary=summary, fails=fails)
+
+
 def correctness_suite(be, quick=False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
@@ -370,25 +401,38 @@ def correctness_suite(be, quick=False):
 # Sweep (capi): every configuration per benchmark shape
 # ----------------------------------------------------------------------------------------------
 VARIANTS = {0: "coop128x128_sk", 1: "coop128x128_c2", 2: "pingpong64x128", 3: "swap128x64_sk",
-            4: "swap128x192_sk (dropped after the 2026-11-30 sweep)", 5: "f16coop128x128_sk"}
+            4: "swap128x192_sk (dropped after the 2026-11-30 sweep)", 5: "f16coop128x128_sk",
+            6: "hand128x128db", 7: "hand128x128dbc2", 8: "hand64x128db", 9: "hand64x128dbc2", 10: "hand128x192", 11: "hand128x64db"}
+HAND_VARIANTS = list(range(6, 12))
 EXACT_CFG = [5, -1, -1, -1, -1]  # marker: the launcher's own choice with GEMM_CUDA_EXACT_ACCUMULATION=1
 SPLITS = {0: "dp", 1: "splitk", 2: "streamk", 3: "heuristic"}
 
 
 def cfg_name(c):
+    if c is None:
+        return "dispatch"
     if c == EXACT_CFG:
         return "exact-accumulation (fp16 TC)"
     s = f"{VARIANTS[c[0]]}/{SPLITS[c[1]]}"
     if c[1] == 1:
         s += f"x{c[2]}"
     if c[3] > 1:
-        s += f"/swz{c[3]}"
+        s += f"/{'group' if c[0] in HAND_VARIANTS else 'swz'}{c[3]}"
     if c[4]:
         s += "/rasterN"
     return s
 
 
-def candidate_configs(m, n, k):
+def candidate_configs(m, n, k, hand_only=False):
+    if hand_only:
+        # The launcher's current choice (tuned table / heuristic) against the hand-written kernels:
+        # data-parallel (rasterisation group 8, and 16 for tall M) and stream-K for the clusterless ones.
+        cands = [None]
+        for v in HAND_VARIANTS:
+            cands += [[v, 0, 1, 8, 0], [v, 2, 1, 8, 0], [v, 1, 2, 8, 0]] + ([[v, 2, 1, 16, 0]] if m > 2048 else [])
+            if v in (6, 8):
+                cands += [[v, 1, 3, 8, 0]]
+        return cands
     tiles = cdiv(m, 128) * cdiv(n, 128)
     cands = [[0, 0, 1, 1, 0], [0, 2, 1, 1, 0], [0, 0, 1, 2, 0], [1, 0, 1, 1, 0], [1, 0, 1, 2, 0],
              [2, 0, 1, 1, 0], [2, 0, 1, 2, 0]]
@@ -402,7 +446,7 @@ def candidate_configs(m, n, k):
     return cands
 
 
-def sweep(be, shapes):
+def sweep(be, shapes, hand_only=False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(99)
     rows = []
@@ -410,20 +454,20 @@ def sweep(be, shapes):
         inp = make_inputs(m, n, k, "kmajor", FN, gen)
         ref = reference(inp)
         res = []
-        for c in candidate_configs(m, n, k):
+        for c in candidate_configs(m, n, k, hand_only):
             try:
                 run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=c)
                 out.fill_(float("nan"))
                 run()
                 torch.cuda.synchronize()
                 chk = check(out, ref)
-                ok = chk["ok_fp8tc"] if c[0] != 5 else chk["ok"]
+                ok = chk["ok_fp8tc"] if c != EXACT_CFG and (c is None or c[0] != 5) else chk["ok"]
                 us = bench_us(run, rep_ms=30) if ok else float("inf")
                 res.append(dict(cfg=c, name=cfg_name(c), us=us, ok=ok, rel_err=chk["rel_err"],
                                 strict_fail_frac=chk["strict_fail_frac"]))
             except Exception as e:
                 res.append(dict(cfg=c, name=cfg_name(c), us=float("inf"), ok=False, error=repr(e)[:200]))
-        best = min((r for r in res if r["cfg"][0] != 5), key=lambda r: r["us"])
+        best = min((r for r in res if r["cfg"] is None or r["cfg"][0] != 5), key=lambda r: r["us"])
         print(f"sweep {m}x{n}x{k}: best {best['name']} {best['us']:.1f} us | " +
               " ".join(f"{r['name']}={r['us']:.1f}{'' if r['ok'] else '!'}" for r in res), flush=True)
         rows.append(dict(m=m, n=n, k=k, best=best, all=res))
@@ -449,7 +493,9 @@ def benchmark(be, shapes, best_cfg=None):
         chk = check(out, ref)
         row["ours_ok"], row["ours_ok_strict"] = chk["ok_fp8tc"], chk["ok"]
         row["ours_rel_err"], row["ours_strict_fail_frac"] = chk["rel_err"], chk["strict_fail_frac"]
-        row["ours_cfg"] = cfg_name(cfg) if cfg else "dispatch"
+        row["ours_cfg"] = cfg_name(cfg) if cfg else (
+            "dispatch: " + cfg_name(be.choose(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], out))
+            if hasattr(be, "choose") else "dispatch")
         row["ours_us"] = bench_us(run)
         # exact-accumulation path on the same inputs
         run_x, out_x = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=EXACT_CFG)
@@ -611,6 +657,22 @@ def write_outputs(out_dir, payload):
                       "NaN positions must match; exact-accumulation path: rtol 2e-2 + atol 1e-3; fp8 path: that bound "
                       "+ 2^-12 of the sum of |terms|). fp8-path cases meeting the plain challenge bound: "
                       f"{c.get('fp8_strict_passed')}/{c.get('fp8_total')}."]
+    if rows and any("ours_cfg" in r for r in rows):
+        lines += ["", "Kernel per shape (`ours`): " + "; ".join(f"{r['m']}x{r['n']}x{r['k']} {r.get('ours_cfg')}"
+                                                             for r in rows)]
+    hc = payload.get("hand_check")
+    if hc:
+        lines += ["", "Hand-written kernels forced on odd shapes (all layouts, poisoned outputs): " +
+                  ", ".join(f"{k} {v}" for k, v in hc["summary"].items())]
+    if payload.get("sweep"):
+        lines += ["", "## Sweep (µs per configuration; `dispatch` = the launcher's choice at the time)", "",
+                  "| shape | dispatch | best | best µs | runner-up |", "|---|---:|---|---:|---|"]
+        for r in payload["sweep"]:
+            ok = sorted((x for x in r["all"] if x["us"] != float("inf")), key=lambda x: x["us"])
+            disp = next((x["us"] for x in r["all"] if x["name"] == "dispatch"), float("nan"))
+            ru = ok[1] if len(ok) > 1 else None
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {disp:.1f} | {ok[0]['name']} | {ok[0]['us']:.1f} | "
+                         f"{(ru['name'] + ' ' + format(ru['us'], '.1f')) if ru else ''} |")
     if payload.get("sass"):
         lines += ["", f"SASS (cuobjdump): {json.dumps(payload['sass'])}"]
     if payload.get("ptxas"):
@@ -676,6 +738,8 @@ def main():
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--ptxas-log", nargs="*", default=[])
     ap.add_argument("--small-only", action="store_true", help="a few small cases (for compute-sanitizer)")
+    ap.add_argument("--hand-check", action="store_true", help="force every hand-written kernel on odd shapes")
+    ap.add_argument("--hand-sweep", action="store_true", help="sweep: dispatch choice vs hand-written kernels only")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -700,8 +764,16 @@ def main():
     payload["ptxas"] = ptxas_summary(args.ptxas_log)
 
     t0 = time.time()
+    if args.hand_check and be.name == "capi":
+        payload["hand_check"] = hand_variant_suite(be, quick=args.quick)
+        print(f"hand check done in {time.time() - t0:.0f}s", flush=True)
+        if not args.sweep:
+            os.makedirs(args.out_dir, exist_ok=True)
+            with open(os.path.join(args.out_dir, "hand_check.json"), "w") as f:
+                json.dump(payload, f, indent=1, default=str)
+            return 0 if not payload["hand_check"]["fails"] else 1
     if args.sweep and be.name == "capi":
-        payload["sweep"] = sweep(be, BENCH_SHAPES[::3] if args.quick else BENCH_SHAPES)
+        payload["sweep"] = sweep(be, BENCH_SHAPES[::3] if args.quick else BENCH_SHAPES, args.hand_sweep)
         print(f"sweep done in {time.time() - t0:.0f}s", flush=True)
     best = None
     if args.use_sweep and payload.get("sweep"):

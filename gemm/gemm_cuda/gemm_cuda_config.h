@@ -20,6 +20,13 @@ enum class Sm90Variant : int32_t {
   // Exact-accumulation path: operands converted to fp16 (exact), fp16 wgmma with fp32 accumulation,
   // cooperative 128x128x128, Stream-K capable. Selected by GEMM_CUDA_EXACT_ACCUMULATION=1.
   kF16Coop128x128StreamK = 5,
+  // Hand-written kernels (sm90_hand_kernel.cuh); Sm90Split kDataParallel or kStreamK.
+  kHand128x128Db = 6,  // sm90_hand128x128db.cu
+  kHand128x128DbC2 = 7,  // sm90_hand128x128dbc2.cu
+  kHand64x128Db = 8,  // sm90_hand64x128db.cu
+  kHand64x128DbC2 = 9,  // sm90_hand64x128dbc2.cu
+  kHand128x192 = 10,  // sm90_hand128x192.cu
+  kHand128x64Db = 11,  // sm90_hand128x64db.cu
 };
 
 // Mirrors sm90::Decomposition.

@@ -62,6 +62,14 @@ FP8GEMM_SM90_DECLARE_VARIANT(pingpong64x128)
 FP8GEMM_SM90_DECLARE_VARIANT(swap128x64_sk)
 // Exact accumulation: fp16 operands (a, b point at fp16 copies), cooperative 128x128x128, Stream-K.
 FP8GEMM_SM90_DECLARE_VARIANT(f16coop128x128_sk)
+// Hand-written DeepGEMM-style kernels (sm90_hand_kernel.cuh): persistent, TMA, wgmma, promotion per
+// 128-K block; decomposition kDataParallel or kStreamK (workspace only for stream-K). Non-swapped only.
+FP8GEMM_SM90_DECLARE_VARIANT(hand128x128db)
+FP8GEMM_SM90_DECLARE_VARIANT(hand128x128dbc2)
+FP8GEMM_SM90_DECLARE_VARIANT(hand64x128db)
+FP8GEMM_SM90_DECLARE_VARIANT(hand64x128dbc2)
+FP8GEMM_SM90_DECLARE_VARIANT(hand128x192)
+FP8GEMM_SM90_DECLARE_VARIANT(hand128x64db)
 
 #undef FP8GEMM_SM90_DECLARE_VARIANT
 

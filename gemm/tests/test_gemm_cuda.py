@@ -206,6 +206,33 @@ def test_strided_output(shape, accumulation):
     run_and_check(*shape, FN, "k_major", seed=5, out_kind="strided", exact=accumulation == "exact")
 
 
+# The hand-written kernels (gemm_cuda/sm90_hand_kernel.cuh): data-parallel, stream-K and split-K (2, 3),
+# forced through GEMM_CUDA_CONFIG="variant,split,splits,group" (Sm90Variant / Sm90Split numbers) on shapes
+# with edge tiles in M and N, K tails, K < 128 (split-K then runs unsplit), tiles cut across 2-6 CTAs
+# (the fix-up path) and the workspace paths (MN-major inputs, fnuz, unaligned output rows).
+HAND_VARIANTS = {6: "128x128db", 7: "128x128db-c2", 8: "64x128db", 9: "64x128db-c2", 10: "128x192", 11: "128x64db"}
+HAND_SHAPES = [(1, 576, 208), (127, 576, 2304), (130, 100, 100), (257, 129, 1000), (129, 4608, 7168),
+               (384, 960, 4096), (1000, 192, 384), (6144, 576, 1536)]
+HAND_LAYOUTS = [("k_major", FN, "contiguous"), ("mn_major", FNUZ, "contiguous"), ("k_major", FNUZ, "strided"),
+                ("mn_major", FN, "contiguous")]
+
+
+@pytest.mark.parametrize("split", ["0,1", "2,1", "1,2", "1,3"], ids=["dp", "streamk", "splitk2", "splitk3"])
+@pytest.mark.parametrize("variant", list(HAND_VARIANTS), ids=list(HAND_VARIANTS.values()))
+@pytest.mark.parametrize("shape", HAND_SHAPES, ids=_shape_id)
+def test_hand_written_kernels(shape, variant, split, monkeypatch):
+    monkeypatch.setenv("GEMM_CUDA_CONFIG", f"{variant},{split},8")
+    i = HAND_SHAPES.index(shape) + variant + int(split[0]) + int(split[2])
+    layout, dtype, out_kind = HAND_LAYOUTS[i % len(HAND_LAYOUTS)]
+    run_and_check(*shape, dtype, layout, seed=i, out_kind=out_kind)
+
+
+def test_config_override_ignores_malformed_values(monkeypatch):
+    for bad in ("x", "6,0", "6,0,1,8,9", "99,0,1,8", "6,0,0,8", "6;0;1;8"):
+        monkeypatch.setenv("GEMM_CUDA_CONFIG", bad)
+        run_and_check(130, 100, 100, FN, "k_major", seed=1)
+
+
 def test_gpu_reference_matches_cpu_reference():
     a, b, a_scale, b_scale = make_inputs(130, 200, 300, FNUZ, "mn_major", 1, device="cuda")
     torch.testing.assert_close(reference_gemm_gpu(a, b, a_scale, b_scale).cpu(), reference_gemm(a, b, a_scale, b_scale),

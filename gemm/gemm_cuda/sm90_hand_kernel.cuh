@@ -1,0 +1,778 @@
+// Hand-written Hopper (sm_90a) FP8 block-scaled GEMM, DeepGEMM-style:
+//
+//   d[m, n] = bf16( alpha * sum_kb sfa[m, kb] * sfb[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k] )
+//
+// * One producer warpgroup (one thread issues TMA: a tile, b tile and the tile's a_scale column per
+//   stage, completing on a "full" mbarrier) and one or two math warpgroups (64 rows each).
+// * Per 128-wide K block the math warpgroups run 4 wgmma m64nBNk32 (fp8 e4m3 x e4m3 -> fp32) into a
+//   temporary accumulator, then promote: acc += temp * sfa[row] * sfb[col block] in fp32 (DeepSeek's
+//   recipe; the fp8 tensor cores keep ~13 fraction bits inside a K block).
+// * kDoubleBuffer: two temporary accumulators; the wgmmas of block kb+1 are issued before block kb is
+//   promoted, so the tensor cores do not idle during the promotion FFMAs.
+// * Persistent grid (one CTA per SM), tiles rasterised in groups of `group_m` M-blocks so that the CTAs
+//   running at one time share A and B tiles in L2; optionally the last waves split by K (stream-K) or
+//   every tile split by K (split-K), partial sums fixed up through the workspace (see Params).
+// * kCluster = 2: CTA pairs along M, each loading half of the shared B tile and multicasting it.
+// * Epilogue: bf16 into swizzled shared memory, then TMA stores (clipped at the matrix edge); the store
+//   drains while the warpgroup starts its next tile.
+// gemm/docs/cuda_sm90.md describes the design and what each choice measured on the H200.
+//
+// Device code only sees raw pointers and TMA descriptors; the host side (bottom) builds the descriptors
+// from sm90::KernelArgs. Include from exactly one .cu per instantiation.
+#pragma once
+
+#include <cuda.h>          // CUtensorMap and its enums (types only: the driver is reached at run time)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "cute/arch/mma_sm90_gmma.hpp"
+#include "cute/arch/mma_sm90_gmma_ext.hpp"
+
+#include "sm90_kernel_args.h"
+
+namespace fp8gemm::cuda::sm90::hand {
+
+constexpr int kBlockK = 128;           // = the quantisation block: one promotion per stage
+constexpr int kMaxSmemBytes = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
+
+// ------------------------------------------------------------------------------------------------
+// PTX wrappers
+// ------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// Same, delivered to the same shared-memory offset (data and mbarrier) of every CTA in cta_mask.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0,
+                                                      int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%4, %5}], [%2], %3;" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(smem_addr(bar)), "h"(cta_mask), "r"(c0), "r"(c1)
+      : "memory");
+}
+// Arrive on the mbarrier at the same offset in CTA `cta` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+// Generic-proxy writes (st.shared) -> async-proxy reads (TMA store).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Pins a register to this point of the program: the wgmma asm "writes" its accumulators at issue, the
+// hardware at completion, so reads must not be hoisted above the wait (and writes not sunk below an issue).
+__device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+// Two floats -> packed bf16x2, round-to-nearest-even (lo in the low half).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// wgmma shared-memory descriptor of a K-major tile stored with the 128-byte swizzle: rows of 128 bytes
+// (128 fp8 of K), 8-row core groups 1024 bytes apart. Advancing K by 32 bytes inside the swizzled row adds
+// 2 to the (16-byte unit) start address; the hardware applies the XOR on absolute address bits, which is
+// why every tile is 1024-byte aligned.
+__device__ __forceinline__ uint64_t smem_desc_k128b(const void* tile) {
+  const uint64_t addr = smem_addr(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) /* LBO: unused for swizzled K-major */ |
+         (uint64_t{1024 >> 4} << 32) /* SBO */ | (uint64_t{1} << 62) /* SWIZZLE_128B */;
+}
+
+// m64nNk32 e4m3 x e4m3 -> f32 from CuTe's atoms (inline PTX, header-only).
+template <int N>
+struct Wgmma;
+#define FP8GEMM_HAND_WGMMA(N) \
+  template <>                 \
+  struct Wgmma<N> {           \
+    using Op = cute::SM90::GMMA::MMA_64x##N##x32_F32E4M3E4M3_SS_TN<>; \
+  };
+FP8GEMM_HAND_WGMMA(64)
+FP8GEMM_HAND_WGMMA(128)
+FP8GEMM_HAND_WGMMA(192)
+#undef FP8GEMM_HAND_WGMMA
+
+template <int N, size_t... I>
+__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float* d, bool accumulate, std::index_sequence<I...>) {
+  Wgmma<N>::Op::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Compile-time configuration and shared-memory plan
+// ------------------------------------------------------------------------------------------------
+template <int BN_, int kMathWGs_, bool kDoubleBuffer_, int kCluster_ = 1, bool kStreamK_ = false>
+struct Cfg {
+  // kStreamK: the kernel can also split tiles by K (see Params); compiled separately because the
+  // extra live state costs the data-parallel main loop registers and speed.
+  static constexpr bool kStreamK = kStreamK_;
+  static constexpr int BN = BN_, kMathWGs = kMathWGs_;
+  static constexpr bool kDoubleBuffer = kDoubleBuffer_;
+  // kCluster = 2: CTA pairs along M share each B tile; each CTA loads half of it and multicasts it.
+  static constexpr int kCluster = kCluster_;
+  static_assert(kCluster == 1 || kCluster == 2, "cluster of 1 or 2 CTAs");
+  static_assert(kCluster == 1 || (BN / 2) % 8 == 0, "B half-tiles must be whole 1024-byte swizzle atoms");
+  static constexpr int BM = 64 * kMathWGs;
+  static constexpr int kThreads = 128 * (kMathWGs + 1);
+  static constexpr int kAccRegs = BN / 2;  // fp32 per thread of m64nBN
+  // Epilogue panels: 64 bf16 columns (128-byte swizzle) or 32 (64-byte swizzle).
+  static constexpr int kPanelCols = BN % 64 == 0 ? 64 : 32;
+  static constexpr int kPanels = BN / kPanelCols;
+  static constexpr int kPanelBytes = 64 * kPanelCols * 2;  // per math warpgroup: 64 rows
+  static_assert(BN == 64 || BN == 128 || BN == 192, "BN: a Wgmma<> specialisation (64, 128, 192)");
+
+  static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = BM * 4;
+  static constexpr int kDBytes = kMathWGs * kPanels * kPanelBytes;
+  static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */;
+  static constexpr int kStages = (kMaxSmemBytes - kFixed) / (kABytes + kBBytes + kSfaBytes) > 8
+                                     ? 8
+                                     : (kMaxSmemBytes - kFixed) / (kABytes + kBBytes + kSfaBytes);
+  static_assert(kStages >= 2, "tile does not fit in shared memory");
+  static constexpr int kSmemBytes = kFixed + kStages * (kABytes + kBBytes + kSfaBytes);
+  static constexpr uint32_t kTxBytes = kABytes + kBBytes + kSfaBytes;
+  // Offsets from the 1024-aligned base: A stages, B stages, D panels (all 1024-aligned), sfa, barriers.
+  static constexpr int kOffB = kStages * kABytes;
+  static constexpr int kOffD = kOffB + kStages * kBBytes;
+  static constexpr int kOffSfa = kOffD + kDBytes;
+  static constexpr int kOffBar = kOffSfa + kStages * kSfaBytes;
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kPanelBytes % 1024 == 0, "1024-byte tiles");
+};
+
+struct Params {
+  int32_t m, n, k;
+  const float* sfb;  // (n_blocks, kb): sfb[nb * sfb_ld + kb]
+  int32_t sfb_ld, sfb_rows;
+  float alpha;
+  int32_t group_m;  // rasterisation group (M blocks)
+  // Work split. Items [0, dp_items) are whole tiles (or CTA-pair tiles) handed out round-robin. The
+  // last sk_items items are split by K, in one of two ways:
+  // * splits == 0 (stream-K): their sk_items * num_kb K blocks are cut into contiguous ranges of
+  //   sk_len, one per CTA (cluster); partial-sum slot = the CTA's (cluster's) index;
+  // * splits >= 2 (split-K): each item becomes `splits` units of sk_len K blocks, handed out
+  //   round-robin like whole tiles (so that CTAs running together read the same K range of the
+  //   operands: L2 hits); partial-sum slot of split s >= 1 of item i = i * (splits - 1) + s - 1.
+  // A split item is finished by whoever holds its first K block; the others store their fp32 partial
+  // sums in `partials` (one BM x BN slot each, per CTA of a cluster) and raise their flag (one per
+  // slot and math warpgroup); the finisher waits for the flags and adds the slots.
+  int32_t dp_items, sk_items, sk_len, splits;
+  float* partials;
+  uint32_t* flags;
+};
+
+// Calls f(phase, t, kb_begin, kb_end, my_slot, contrib_first, contrib_count) for every piece of work of
+// this CTA (cluster) in order: K blocks [kb_begin, kb_end) of item t; phase is std::false_type for
+// whole items, std::true_type for the split ones (see Params for the slots). The producer and the math
+// warpgroups walk the same sequence.
+template <bool kStreamK, class F>
+__device__ __forceinline__ void for_each_piece(const Params& p, int first_item, int item_stride, int num_kb, F&& f) {
+  for (int t = first_item; t < p.dp_items; t += item_stride) f(std::false_type{}, t, 0, num_kb, 0, 0, 0);
+  if constexpr (kStreamK) {
+    if (p.sk_items > 0 && p.splits >= 2) {
+      for (int u = first_item; u < p.sk_items * p.splits; u += item_stride) {
+        const int local = u / p.splits, sp = u - local * p.splits;
+        const int kb0 = sp * p.sk_len, kb1 = min(num_kb, kb0 + p.sk_len);  // the host leaves no split empty
+        f(std::true_type{}, p.dp_items + local, kb0, kb1, local * (p.splits - 1) + sp - 1, local * (p.splits - 1),
+          p.splits - 1);
+      }
+    } else if (p.sk_items > 0) {
+      const int total = p.sk_items * num_kb;
+      for (int pos = first_item * p.sk_len, end = min(pos + p.sk_len, total); pos < end;) {
+        const int local = pos / num_kb, kb0 = pos - local * num_kb, kb1 = min(num_kb, kb0 + (end - pos));
+        // The finisher of `local` adds the clusters whose ranges start inside it.
+        const int tile_end = (local + 1) * num_kb;
+        const int n_contrib = max(0, min(item_stride, (tile_end + p.sk_len - 1) / p.sk_len) - (first_item + 1));
+        f(std::true_type{}, p.dp_items + local, kb0, kb1, first_item, first_item + 1, n_contrib);
+        pos += kb1 - kb0;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Tile t -> (m block, n block): groups of group_m M-blocks, M fastest inside a group.
+__device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int group_m, int& mb, int& nb) {
+  const int per_group = group_m * num_n;
+  const int g = t / per_group, r = t - g * per_group;
+  const int first = g * group_m;
+  const int rows = min(group_m, num_m - first);
+  mb = first + r % rows;
+  nb = r / rows;
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    fp8_blockscaled_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                                const __grid_constant__ CUtensorMap map_sfa, const __grid_constant__ CUtensorMap map_d,
+                                const Params p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kOffBar);
+  uint64_t* empty = full + C::kStages;
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+  const int num_m = (p.m + C::BM - 1) / C::BM, num_n = (p.n + C::BN - 1) / C::BN;
+  const int num_kb = (p.k + kBlockK - 1) / kBlockK;
+  // With clusters, a work item is a pair of M-adjacent tiles with the same N block (one per CTA);
+  // a CTA whose M block falls off the matrix still loads (zeros) and stores nothing (TMA clips).
+  const uint32_t rank = C::kCluster == 1 ? 0u : cluster_ctarank();
+  const int num_mw = (num_m + C::kCluster - 1) / C::kCluster;
+  const int first_item = blockIdx.x / C::kCluster, item_stride = gridDim.x / C::kCluster;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], C::kCluster * C::kMathWGs * 4);  // one arrival per math warp of each CTA
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if constexpr (C::kCluster > 1) cluster_sync();  // peers' barriers exist before any multicast / remote arrive
+  else __syncthreads();
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    if constexpr (C::kMathWGs == 2) setmaxnreg_dec<40>();
+    if (tid == 0) {
+      prefetch_map(&map_a);
+      prefetch_map(&map_b);
+      prefetch_map(&map_sfa);
+      prefetch_map(&map_d);
+      int s = 0;
+      uint32_t phase = 0;
+      // Same order of work as the math warpgroups (see the bottom of the kernel).
+      auto produce = [&](const int t, const int kb_begin, const int kb_end) {
+        int mw, nb;
+        tile_coords(t, num_mw, num_n, p.group_m, mw, nb);
+        const int m0 = (mw * C::kCluster + int(rank)) * C::BM, n0 = nb * C::BN;
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
+          mbar_wait(&empty[s], phase ^ 1);
+          mbar_arrive_expect_tx(&full[s], C::kTxBytes);
+          uint8_t* b_stage = smem + C::kOffB + s * C::kBBytes;
+          tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
+          if constexpr (C::kCluster == 1) {
+            tma_load_2d(b_stage, &map_b, &full[s], kb * kBlockK, n0);
+          } else {
+            constexpr int kHalf = C::BN / 2;
+            tma_load_2d_multicast(b_stage + rank * kHalf * kBlockK, &map_b, &full[s], kb * kBlockK,
+                                  n0 + int(rank) * kHalf, uint16_t(0x3));
+          }
+          tma_load_2d(smem + C::kOffSfa + s * C::kSfaBytes, &map_sfa, &full[s], m0, kb);
+          if (++s == C::kStages) { s = 0; phase ^= 1; }
+        }
+      };
+      for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
+                                  [&](auto, int t, int kb0, int kb1, int, int, int) { produce(t, kb0, kb1); });
+    }
+  } else {
+    // ---------------- math warpgroups ----------------
+    if constexpr (C::kMathWGs == 2) setmaxnreg_inc<232>();  // 40 + 2 x 232 <= 512 per thread slot
+    const int mw = wg - 1;                 // which 64-row half of the tile
+    const int warp = tid / 32, lane = tid % 32;
+    const int r0 = warp * 16 + lane / 4;   // accumulator rows r0 and r0 + 8 (of this warpgroup's 64)
+    const int c0 = 2 * (lane % 4);         // columns 8j + c0, 8j + c0 + 1
+    uint8_t* smem_d = smem + C::kOffD + mw * C::kPanels * C::kPanelBytes;
+    constexpr int R = C::kAccRegs;
+    float acc[R];
+    float tmp0[R];
+    float tmp1[C::kDoubleBuffer ? R : 1];
+    float sc0[4], sc1[4];  // promotion factors of the block in tmp0 / tmp1
+    int s = 0;
+    uint32_t phase = 0;
+
+    // One piece of work: K blocks [kb_begin, kb_end) of tile t. Instantiated twice in stream-K builds:
+    // the whole-tile phase gets the same code as the data-parallel build (whose loop bookkeeping the
+    // compiler keeps in uniform registers); only the stream-K phase pays for the general form.
+    // my_slot: partial-sum slot of this piece (if it does not hold K block 0); contrib_*: the slots
+    // the piece holding K block 0 must add (consecutive), when it does not reach the last K block.
+    auto process = [&](auto sk_phase, const int t, const int kb_begin, const int kb_end, const int my_slot,
+                       const int contrib_first, const int contrib_count) {
+      constexpr bool kSk = decltype(sk_phase)::value;
+      int mwi, nb;
+      tile_coords(t, num_mw, num_n, p.group_m, mwi, nb);
+      const int m0 = (mwi * C::kCluster + int(rank)) * C::BM, n0 = nb * C::BN;
+      // b_scale blocks under this tile: cols [0, split) use block n0/128, the rest the next one.
+      const int nblk = n0 / 128;
+      const int split = 128 - (n0 % 128);
+      const bool two_blocks = split < C::BN && nblk + 1 < p.sfb_rows;
+      // The main loop counts K blocks from 0 for every piece of work (stream-K pieces start later in
+      // K): only the b_scale pointers carry the offset. Keeps the loop identical to the data-parallel
+      // build's, whose bookkeeping the compiler keeps in uniform registers.
+      const int nkb = kSk ? kb_end - kb_begin : num_kb;
+      const bool sk_contributor = kSk && kb_begin > 0, sk_owner = kSk && kb_end < num_kb;
+      const float* sfb0 = p.sfb + int64_t(nblk) * p.sfb_ld + (kSk ? kb_begin : 0);
+      const float* sfb1 = two_blocks ? sfb0 + p.sfb_ld : sfb0;
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+
+      // Waits for stage `stage`, issues its 4 wgmmas into d (not waited for) and computes the block's
+      // promotion factors into sc (b_scale loads from global are issued before the barrier wait and
+      // the a_scale reads right after it, so their latency hides under the MMAs).
+      auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int kb) {
+        const float sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
+        mbar_wait(&full[stage], ph);
+        const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaBytes) + mw * 64;
+        const float sa0 = sfa[r0] * p.alpha, sa1 = sfa[r0 + 8] * p.alpha;
+        const uint64_t da = smem_desc_k128b(smem + stage * C::kABytes + mw * 64 * kBlockK);
+        const uint64_t db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
+#pragma unroll
+        for (int i = 0; i < R; ++i) fence_reg(d[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 32; ++kk)
+          wgmma_call<C::BN>(da + 2 * kk, db + 2 * kk, d, kk > 0, std::make_index_sequence<R>{});
+        wgmma_commit();
+#pragma unroll
+        for (int i = 0; i < R; ++i) fence_reg(d[i]);
+        sc[0] = sa0 * sb0, sc[1] = sa1 * sb0, sc[2] = sa0 * sb1, sc[3] = sa1 * sb1;
+      };
+      // After d's wgmmas completed: release the stage (in every CTA of the cluster), promote d into acc.
+      auto promote = [&](const float* d, const float* sc, int stage) {
+        __syncwarp();
+        if (lane == 0) {
+          if constexpr (C::kCluster == 1) {
+            mbar_arrive(&empty[stage]);
+          } else {
+#pragma unroll
+            for (uint32_t c = 0; c < uint32_t(C::kCluster); ++c) mbar_arrive_cluster(&empty[stage], c);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < C::BN / 8; ++j) {
+          const bool hi = (128 % C::BN != 0) && 8 * j >= split;  // tiles that divide 128 never straddle
+          const float f0 = hi ? sc[2] : sc[0], f1 = hi ? sc[3] : sc[1];
+          acc[4 * j + 0] = fmaf(d[4 * j + 0], f0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(d[4 * j + 1], f0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(d[4 * j + 2], f1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(d[4 * j + 3], f1, acc[4 * j + 3]);
+        }
+      };
+      auto advance = [&](int& st, uint32_t& ph) {
+        if (++st == C::kStages) { st = 0; ph ^= 1; }
+      };
+
+      if constexpr (C::kDoubleBuffer) {
+        // Block kb lives in tmp[kb % 2]; block kb + 1 is issued before kb is promoted. The steady
+        // state issues and waits unconditionally (wait_group 1): ptxas then proves that the promoted
+        // registers are not in flight and keeps the wgmmas asynchronous; the 1-2 block tail is peeled.
+        int s_next = s;
+        uint32_t ph_next = phase;
+        int kb_next = 0;
+        auto issue_next = [&](float* d, float* sc) {
+          issue(d, sc, s_next, ph_next, kb_next++);
+          advance(s_next, ph_next);
+        };
+        auto promote_cur = [&](float* d, const float* sc) {
+#pragma unroll
+          for (int i = 0; i < R; ++i) fence_reg(d[i]);
+          promote(d, sc, s);
+          advance(s, phase);
+        };
+        issue_next(tmp0, sc0);
+        int kb = 0;
+        for (; kb + 2 < nkb; kb += 2) {
+          issue_next(tmp1, sc1);
+          wgmma_wait<1>();
+          promote_cur(tmp0, sc0);
+          issue_next(tmp0, sc0);
+          wgmma_wait<1>();
+          promote_cur(tmp1, sc1);
+        }
+        if (kb + 1 < nkb) {
+          issue_next(tmp1, sc1);
+          wgmma_wait<1>();
+          promote_cur(tmp0, sc0);
+          wgmma_wait<0>();
+          promote_cur(tmp1, sc1);
+        } else {
+          wgmma_wait<0>();
+          promote_cur(tmp0, sc0);
+        }
+      } else {
+        for (int kb = 0; kb < nkb; ++kb) {
+          issue(tmp0, sc0, s, phase, kb);
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < R; ++i) fence_reg(tmp0[i]);
+          promote(tmp0, sc0, s);
+          advance(s, phase);
+        }
+      }
+
+      // ---- stream-K: hand a partial tile over, or collect the others' partials ----
+      if (sk_contributor) {
+        // Not the tile's first K block: publish the fp32 partial sums (fragment order, coalesced).
+        const int cta_slot = my_slot * C::kCluster + int(rank);  // each CTA of a cluster has its own
+        float4* slot = reinterpret_cast<float4*>(p.partials) + (size_t(cta_slot) * C::kMathWGs + mw) * (R / 4) * 128;
+#pragma unroll
+        for (int i = 0; i < R / 4; ++i)
+          __stcg(slot + i * 128 + tid, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+        named_barrier(1 + mw, 128);
+        if (tid == 0) {
+          __threadfence();
+          st_release(p.flags + cta_slot * C::kMathWGs + mw, 1u);
+        }
+        return;
+      }
+      if (sk_owner) {
+        // First K blocks of a split tile: add the partials of every CTA whose range starts inside it.
+        for (int c = contrib_first; c < contrib_first + contrib_count; ++c) {
+          const int cta = c * C::kCluster + int(rank);  // the same-rank CTA's slot
+          if (tid == 0) {
+            uint32_t* flag = p.flags + cta * C::kMathWGs + mw;
+            while (ld_acquire(flag) == 0u) {
+            }
+          }
+          named_barrier(1 + mw, 128);
+          const float4* slot = reinterpret_cast<const float4*>(p.partials) + (size_t(cta) * C::kMathWGs + mw) * (R / 4) * 128;
+#pragma unroll
+          for (int i = 0; i < R / 4; ++i) {
+            const float4 v = __ldcg(slot + i * 128 + tid);
+            acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
+          }
+        }
+      }
+
+      // ---- epilogue: bf16 into swizzled panels, then TMA stores of this warpgroup's 64 rows ----
+      if (tid == 0) tma_store_wait_read();  // the previous tile's stores have left shared memory
+      named_barrier(1 + mw, 128);
+#pragma unroll
+      for (int j = 0; j < C::BN / 8; ++j) {
+        const int col = 8 * j + c0;
+        const int panel = col / C::kPanelCols, pc = col % C::kPanelCols;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = r0 + 8 * h;
+          uint32_t off = uint32_t(row * C::kPanelCols * 2 + pc * 2);
+          // Swizzle<B,4,3>: 16-byte unit index ^= (offset / 128) mod 2^B, B = 3 (128 B rows) or 2 (64 B rows).
+          off ^= ((off >> 7) & (C::kPanelCols == 64 ? 7u : 3u)) << 4;
+          *reinterpret_cast<uint32_t*>(smem_d + panel * C::kPanelBytes + off) =
+              pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+      }
+      fence_proxy_async();
+      named_barrier(1 + mw, 128);
+      if (tid == 0) {
+#pragma unroll
+        for (int pnl = 0; pnl < C::kPanels; ++pnl)
+          tma_store_2d(&map_d, smem_d + pnl * C::kPanelBytes, n0 + pnl * C::kPanelCols, m0 + mw * 64);
+        tma_store_commit();
+      }
+    };
+    for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, process);
+    if (tid == 0) tma_store_wait_all();
+  }
+  // No CTA leaves while its peer may still arrive on its barriers.
+  if constexpr (C::kCluster > 1) {
+    __syncwarp();
+    cluster_sync();
+  }
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host side
+// ------------------------------------------------------------------------------------------------
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// 2D map over a row-major (rows, cols) matrix with row stride ld (elements); box (box_cols, box_rows).
+inline bool make_map_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base, int64_t rows,
+                        int64_t cols, int64_t ld, int box_rows, int box_cols, CUtensorMapSwizzle swizzle) {
+  auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld) * cuuint64_t(elem_bytes)};
+  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  const cuuint32_t estride[2] = {1, 1};
+  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+inline bool splits_k(const KernelArgs& a) {
+  return a.decomposition == Decomposition::kStreamK || (a.decomposition == Decomposition::kSplitK && a.splits >= 2);
+}
+
+struct Split {
+  int grid = 0;
+  int dp_items = 0, sk_items = 0, sk_len = 0, splits = 0;
+  int64_t slots = 0;  // partial-sum slots (per CTA of a cluster: times kCluster)
+};
+
+inline int sm_count_of(const KernelArgs& a) {
+  int sms = a.sm_count;
+  if (sms <= 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      sms = 132;
+    }
+  }
+  return sms;
+}
+
+// Data-parallel: one CTA (or cluster) per item up to the co-resident count, items round-robin.
+// Stream-K (on request, when the last wave would be partial): all SMs; the partial wave plus one full
+// wave (when there is one) are split by K evenly over the CTAs, so that no CTA idles at the end and
+// no range is a sliver. Split-K (on request, KernelArgs::splits >= 2): every item in `splits` units
+// of equal K ranges (fewer when K is short), handed out round-robin.
+template <class C>
+int max_active_clusters(const KernelArgs& a);
+
+template <class C>
+Split plan_split(const KernelArgs& a) {
+  const int sms = sm_count_of(a);
+  const int64_t items = int64_t((a.m + C::BM * C::kCluster - 1) / (C::BM * C::kCluster)) * ((a.n + C::BN - 1) / C::BN);
+  const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
+  const int64_t slots = C::kCluster == 1 ? sms : max_active_clusters<C>(a);  // co-resident CTAs / clusters
+  Split sp;
+  if (C::kStreamK && a.decomposition == Decomposition::kStreamK && items % slots != 0) {
+    const int64_t full = items / slots, rem = items % slots;
+    const int64_t sk = rem + (full >= 1 ? slots : 0);
+    sp.grid = static_cast<int>(slots * C::kCluster);
+    sp.dp_items = static_cast<int>(items - sk);
+    sp.sk_items = static_cast<int>(sk);
+    sp.sk_len = static_cast<int>((sk * kb + slots - 1) / slots);
+    sp.slots = slots * C::kCluster;
+    return sp;
+  }
+  if (C::kStreamK && a.decomposition == Decomposition::kSplitK && a.splits >= 2 && kb >= 2) {
+    const int64_t len = (kb + a.splits - 1) / a.splits;
+    const int64_t splits = (kb + len - 1) / len;  // no empty unit
+    const int64_t units = items * splits;
+    sp.grid = static_cast<int>((units < slots ? units : slots) * C::kCluster);
+    sp.dp_items = 0;
+    sp.sk_items = static_cast<int>(items);
+    sp.sk_len = static_cast<int>(len);
+    sp.splits = static_cast<int>(splits);
+    sp.slots = items * (splits - 1) * C::kCluster;
+    return sp;
+  }
+  sp.grid = static_cast<int>((items < slots ? items : slots) * C::kCluster);
+  sp.dp_items = static_cast<int>(items);
+  return sp;
+}
+
+constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+template <class C>
+size_t workspace_bytes(const KernelArgs& a) {
+  const Split sp = plan_split<C>(a);
+  if (sp.sk_items == 0) return 0;
+  return align_up(size_t(sp.slots) * C::BM * C::BN * sizeof(float), 256) + size_t(sp.slots) * C::kMathWGs * sizeof(uint32_t);
+}
+
+template <class C>
+bool can_implement(const KernelArgs& a) {
+  // K-major fp8 operands with 16-byte rows, MN-major a_scale with a 16-byte K-block stride, row-major
+  // bf16 out with 16-byte rows (the launcher stages anything else); non-swapped problems only.
+  auto al16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  return a.m > 0 && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.lda % 16 == 0 && a.ldb % 16 == 0 && a.ldd % 8 == 0 &&
+         a.sfa_ld % 4 == 0 && a.sfa_rows % 4 == 0 && al16(a.a) && al16(a.b) && al16(a.d) && al16(a.sfa);
+}
+
+// Clusters that can be resident at once (GPCs with an odd SM count leave SMs unpaired); cached per
+// device. Stream-K relies on every CTA of the grid being resident (owners wait for contributors).
+template <class C>
+int max_active_clusters(const KernelArgs& a) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    dev = 0;
+  }
+  static std::atomic<int> cache[64] = {};
+  int clusters = dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (clusters > 0) return clusters;
+  const int sms = sm_count_of(a);
+  cudaLaunchConfig_t lc = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = C::kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  lc.gridDim = dim3(static_cast<unsigned>(sms / C::kCluster * C::kCluster));
+  lc.blockDim = dim3(C::kThreads);
+  lc.dynamicSmemBytes = C::kSmemBytes;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  if (cudaFuncSetAttribute(fp8_blockscaled_gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           C::kSmemBytes) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&clusters, fp8_blockscaled_gemm_kernel<C>, &lc) != cudaSuccess || clusters <= 0) {
+    cudaGetLastError();
+    clusters = sms / C::kCluster - 1;  // conservative: at most one unpaired SM per GPC is lost
+  }
+  if (dev < 64) cache[dev].store(clusters, std::memory_order_relaxed);
+  return clusters;
+}
+
+template <class C>
+cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cudaStream_t stream) {
+  if (!can_implement<C>(a)) return cudaErrorInvalidValue;
+  const Split sp = plan_split<C>(a);
+  float* partials = nullptr;
+  uint32_t* flags = nullptr;
+  if (sp.sk_items > 0) {
+    if (workspace == nullptr || workspace_size < workspace_bytes<C>(a)) return cudaErrorInvalidValue;
+    partials = static_cast<float*>(workspace);
+    flags = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
+                                        align_up(size_t(sp.slots) * C::BM * C::BN * sizeof(float), 256));
+    const cudaError_t e = cudaMemsetAsync(flags, 0, size_t(sp.slots) * C::kMathWGs * sizeof(uint32_t), stream);
+    if (e != cudaSuccess) return e;
+  }
+  CUtensorMap ma, mb, msfa, md;
+  const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
+  if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BM, kBlockK,
+                   CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BN / C::kCluster, kBlockK,
+                   CU_TENSOR_MAP_SWIZZLE_128B) ||
+      // a_scale as a (kb, sfa_rows) row-major matrix: one box = the tile's BM scales of one K block.
+      !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, kb == 1 ? a.sfa_rows : a.sfa_ld,
+                   1, C::BM, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+      !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.m == 1 ? ((a.n + 7) / 8) * 8 : a.ldd, 64,
+                   C::kPanelCols, C::kPanelCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B))
+    return cudaErrorInvalidValue;
+
+  // Opt in to > 48 KiB of dynamic shared memory once per device (the attribute is per device context).
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
+  static std::atomic<bool> attr_done[64] = {};
+  if (dev >= 64 || !attr_done[dev].load(std::memory_order_acquire)) {
+    const cudaError_t e = cudaFuncSetAttribute(fp8_blockscaled_gemm_kernel<C>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    if (dev < 64) attr_done[dev].store(true, std::memory_order_release);
+  }
+
+  Params p{a.m,        a.n,         a.k,       a.sfb,     a.sfb_ld, a.sfb_rows,
+           a.alpha,    a.max_swizzle > 1 ? a.max_swizzle : 8,      sp.dp_items,
+           sp.sk_items, sp.sk_len,  sp.splits, partials,  flags};
+  if constexpr (C::kCluster == 1) {
+    fp8_blockscaled_gemm_kernel<C><<<sp.grid, C::kThreads, C::kSmemBytes, stream>>>(ma, mb, msfa, md, p);
+  } else {
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = C::kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.gridDim = dim3(static_cast<unsigned>(sp.grid));
+    lc.blockDim = dim3(C::kThreads);
+    lc.dynamicSmemBytes = C::kSmemBytes;
+    lc.stream = stream;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fp8gemm::cuda::sm90::hand
+
+// Defines the three entry points of sm90_kernel_args.h for one tile configuration (BN, math
+// warpgroups, double buffering, cluster size): KernelArgs::decomposition kStreamK or kSplitK runs the
+// build of the kernel that can split tiles by K, anything else the data-parallel one.
+#define FP8GEMM_SM90_HAND_VARIANT(name, ...)                                                            \
+  namespace fp8gemm::cuda::sm90 {                                                                      \
+  using name##_dp = hand::Cfg<__VA_ARGS__, false>;                                                     \
+  using name##_sk = hand::Cfg<__VA_ARGS__, true>;                                                      \
+  size_t name##_workspace_bytes(const KernelArgs& a) {                                                 \
+    return hand::splits_k(a) ? hand::workspace_bytes<name##_sk>(a) : hand::workspace_bytes<name##_dp>(a); \
+  }                                                                                                    \
+  bool name##_can_implement(const KernelArgs& a) { return hand::can_implement<name##_dp>(a); }         \
+  cudaError_t name##_run(const KernelArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {        \
+    return hand::splits_k(a) ? hand::run<name##_sk>(a, ws, ws_bytes, stream)                          \
+                             : hand::run<name##_dp>(a, ws, ws_bytes, stream);                          \
+  }                                                                                                    \
+  }
