@@ -678,7 +678,10 @@ def write_outputs(out_dir, payload):
     if payload.get("ptxas"):
         lines += ["", "| kernel (ptxas -v) | registers | static smem | stack | spills |", "|---|---:|---:|---:|---:|"]
         for p in payload["ptxas"]:
-            lines.append(f"| {p['file']}: `{p['kernel'][:60]}` | {p.get('registers')} | {p.get('static_smem')} | "
+            cfg = re.search(r"CfgILi(\d+)ELi(\d)ELb(\d)ELi(\d)ELb(\d)", p["kernel"])
+            kname = ("hand Cfg<BN=%s, math WGs=%s, double-buffer=%s, cluster=%s, split build=%s>" % cfg.groups()
+                     if cfg else p["kernel"][:60])
+            lines.append(f"| {p['file']}: `{kname}` | {p.get('registers')} | {p.get('static_smem')} | "
                          f"{p['stack']} | {p['spill_st']}/{p['spill_ld']} |")
     with open(os.path.join(out_dir, "gemm_h200.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
