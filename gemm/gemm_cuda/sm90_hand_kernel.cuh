@@ -195,13 +195,11 @@ struct Cfg {
 
   static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = BM * 4;
   static constexpr int kDBytes = kMathWGs * kPanels * kPanelBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;  // = the TMA bytes of one stage
   static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */;
-  static constexpr int kStages = (kMaxSmemBytes - kFixed) / (kABytes + kBBytes + kSfaBytes) > 8
-                                     ? 8
-                                     : (kMaxSmemBytes - kFixed) / (kABytes + kBBytes + kSfaBytes);
+  static constexpr int kStages = (kMaxSmemBytes - kFixed) / kStageBytes > 8 ? 8 : (kMaxSmemBytes - kFixed) / kStageBytes;
   static_assert(kStages >= 2, "tile does not fit in shared memory");
-  static constexpr int kSmemBytes = kFixed + kStages * (kABytes + kBBytes + kSfaBytes);
-  static constexpr uint32_t kTxBytes = kABytes + kBBytes + kSfaBytes;
+  static constexpr int kSmemBytes = kFixed + kStages * kStageBytes;
   // Offsets from the 1024-aligned base: A stages, B stages, D panels (all 1024-aligned), sfa, barriers.
   static constexpr int kOffB = kStages * kABytes;
   static constexpr int kOffD = kOffB + kStages * kBBytes;
@@ -327,7 +325,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         const int m0 = (mw * C::kCluster + int(rank)) * C::BM, n0 = nb * C::BN;
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           mbar_wait(&empty[s], phase ^ 1);
-          mbar_arrive_expect_tx(&full[s], C::kTxBytes);
+          mbar_arrive_expect_tx(&full[s], C::kStageBytes);
           uint8_t* b_stage = smem + C::kOffB + s * C::kBBytes;
           tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
           if constexpr (C::kCluster == 1) {
@@ -646,11 +644,22 @@ Split plan_split(const KernelArgs& a) {
 
 constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// Workspace of a split plan: the partial-sum slots, then one flag per slot and math warpgroup.
+template <class C>
+size_t partials_bytes(const Split& sp) {
+  return align_up(size_t(sp.slots) * C::BM * C::BN * sizeof(float), 256);
+}
+template <class C>
+size_t flags_bytes(const Split& sp) {
+  return size_t(sp.slots) * C::kMathWGs * sizeof(uint32_t);
+}
+template <class C>
+size_t workspace_bytes(const Split& sp) {
+  return sp.sk_items == 0 ? 0 : partials_bytes<C>(sp) + flags_bytes<C>(sp);
+}
 template <class C>
 size_t workspace_bytes(const KernelArgs& a) {
-  const Split sp = plan_split<C>(a);
-  if (sp.sk_items == 0) return 0;
-  return align_up(size_t(sp.slots) * C::BM * C::BN * sizeof(float), 256) + size_t(sp.slots) * C::kMathWGs * sizeof(uint32_t);
+  return workspace_bytes<C>(plan_split<C>(a));
 }
 
 template <class C>
@@ -660,6 +669,35 @@ bool can_implement(const KernelArgs& a) {
   auto al16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
   return a.m > 0 && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.lda % 16 == 0 && a.ldb % 16 == 0 && a.ldd % 8 == 0 &&
          a.sfa_ld % 4 == 0 && a.sfa_rows % 4 == 0 && al16(a.a) && al16(a.b) && al16(a.d) && al16(a.sfa);
+}
+
+// Launch configuration of a cluster launch (`attr` must outlive the returned value's use).
+template <class C>
+cudaLaunchConfig_t cluster_launch_config(int grid, cudaStream_t stream, cudaLaunchAttribute& attr) {
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = C::kCluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(static_cast<unsigned>(grid));
+  lc.blockDim = dim3(C::kThreads);
+  lc.dynamicSmemBytes = C::kSmemBytes;
+  lc.stream = stream;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  return lc;
+}
+
+// Opts the kernel in to > 48 KiB of dynamic shared memory, once per device (the attribute is per
+// device context).
+template <class C>
+cudaError_t enable_smem(int dev) {
+  static std::atomic<bool> done[64] = {};
+  if (dev < 64 && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(fp8_blockscaled_gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  if (e == cudaSuccess && dev < 64) done[dev].store(true, std::memory_order_release);
+  return e;
 }
 
 // Clusters that can be resident at once (GPCs with an odd SM count leave SMs unpaired); cached per
@@ -675,19 +713,9 @@ int max_active_clusters(const KernelArgs& a) {
   int clusters = dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
   if (clusters > 0) return clusters;
   const int sms = sm_count_of(a);
-  cudaLaunchConfig_t lc = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = C::kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  lc.gridDim = dim3(static_cast<unsigned>(sms / C::kCluster * C::kCluster));
-  lc.blockDim = dim3(C::kThreads);
-  lc.dynamicSmemBytes = C::kSmemBytes;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  if (cudaFuncSetAttribute(fp8_blockscaled_gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           C::kSmemBytes) != cudaSuccess ||
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t lc = cluster_launch_config<C>(sms / C::kCluster * C::kCluster, nullptr, attr);
+  if (enable_smem<C>(dev) != cudaSuccess ||
       cudaOccupancyMaxActiveClusters(&clusters, fp8_blockscaled_gemm_kernel<C>, &lc) != cudaSuccess || clusters <= 0) {
     cudaGetLastError();
     clusters = sms / C::kCluster - 1;  // conservative: at most one unpaired SM per GPC is lost
@@ -703,11 +731,10 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   float* partials = nullptr;
   uint32_t* flags = nullptr;
   if (sp.sk_items > 0) {
-    if (workspace == nullptr || workspace_size < workspace_bytes<C>(a)) return cudaErrorInvalidValue;
+    if (workspace == nullptr || workspace_size < workspace_bytes<C>(sp)) return cudaErrorInvalidValue;
     partials = static_cast<float*>(workspace);
-    flags = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
-                                        align_up(size_t(sp.slots) * C::BM * C::BN * sizeof(float), 256));
-    const cudaError_t e = cudaMemsetAsync(flags, 0, size_t(sp.slots) * C::kMathWGs * sizeof(uint32_t), stream);
+    flags = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + partials_bytes<C>(sp));
+    const cudaError_t e = cudaMemsetAsync(flags, 0, flags_bytes<C>(sp), stream);
     if (e != cudaSuccess) return e;
   }
   CUtensorMap ma, mb, msfa, md;
@@ -717,22 +744,16 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
       !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BN / C::kCluster, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       // a_scale as a (kb, sfa_rows) row-major matrix: one box = the tile's BM scales of one K block.
-      !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, kb == 1 ? a.sfa_rows : a.sfa_ld,
-                   1, C::BM, CU_TENSOR_MAP_SWIZZLE_NONE) ||
-      !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.m == 1 ? ((a.n + 7) / 8) * 8 : a.ldd, 64,
+      // (the launcher passes leading dimensions that are valid even for one K block / one row)
+      !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, a.sfa_ld, 1, C::BM,
+                   CU_TENSOR_MAP_SWIZZLE_NONE) ||
+      !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.ldd, 64,
                    C::kPanelCols, C::kPanelCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B))
     return cudaErrorInvalidValue;
 
-  // Opt in to > 48 KiB of dynamic shared memory once per device (the attribute is per device context).
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
-  static std::atomic<bool> attr_done[64] = {};
-  if (dev >= 64 || !attr_done[dev].load(std::memory_order_acquire)) {
-    const cudaError_t e = cudaFuncSetAttribute(fp8_blockscaled_gemm_kernel<C>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    if (dev < 64) attr_done[dev].store(true, std::memory_order_release);
-  }
+  if (const cudaError_t e = enable_smem<C>(dev); e != cudaSuccess) return e;
 
   Params p{a.m,        a.n,         a.k,       a.sfb,     a.sfb_ld, a.sfb_rows,
            a.alpha,    a.max_swizzle > 1 ? a.max_swizzle : 8,      sp.dp_items,
@@ -740,18 +761,8 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   if constexpr (C::kCluster == 1) {
     fp8_blockscaled_gemm_kernel<C><<<sp.grid, C::kThreads, C::kSmemBytes, stream>>>(ma, mb, msfa, md, p);
   } else {
-    cudaLaunchConfig_t lc = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = C::kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    lc.gridDim = dim3(static_cast<unsigned>(sp.grid));
-    lc.blockDim = dim3(C::kThreads);
-    lc.dynamicSmemBytes = C::kSmemBytes;
-    lc.stream = stream;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t lc = cluster_launch_config<C>(sp.grid, stream, attr);
     const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
     if (e != cudaSuccess) return e;
   }
