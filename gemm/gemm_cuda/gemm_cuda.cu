@@ -40,6 +40,10 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // 10:09 UTC sweep, the last two entries from the 10:16 UTC sweep after the stream-K build got the
 // data-parallel main loop (benchmarks/results/gemm_h200_sweep.json); where runs disagreed (the H200s
 // differ by up to +-5 % between machines) the entry is the one that won more runs, CUTLASS on a tie.
+// * = session 3 (benchmarks/results/gemm_h200_probes/streamk_plan.txt, 11:32 UTC): once stream-K
+// splits only the partial wave (sm90_kernel_args.h, stream_k_partial_wave_only), the hand-written
+// stream-K kernel beat its own data-parallel build, which had tied CUTLASS's stream-K kernel (the
+// previous entry) in the 10:23 UTC sweep (133.4 vs 133.8 us, 52.0 vs 52.3 us).
 // Shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SV = Sm90Variant;
@@ -54,14 +58,14 @@ constexpr TunedShape<Sm90Config> kTuned[] = {
     {pack_shape(1024, 7168, 2304), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 36.8 us (37.7)
     {pack_shape(1024, 512, 7168), {SV::kHand64x128Db, SS::kStreamK, 1, 8, false}},              // 18.2 us (22.4)
     {pack_shape(1024, 4096, 512), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 12.1 us (12.2)
-    {pack_shape(6144, 1536, 7168), {SV::kCoop128x128StreamK, SS::kStreamK, 1, 1, false}},       // 126.3 us
+    {pack_shape(6144, 1536, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},            // 113.0 us (DP 118.5) *
     {pack_shape(6144, 3072, 1536), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 54.3 us (60.6)
     {pack_shape(6144, 576, 7168), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 52.9 us (54.4)
     {pack_shape(6144, 7168, 256), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 40.6 us (42.2)
     {pack_shape(6144, 7168, 2048), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 159.2 us (168.1)
     {pack_shape(6144, 4608, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},            // 370.2 us (379.0)
     {pack_shape(6144, 7168, 2304), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 179.8 us (184.1)
-    {pack_shape(6144, 512, 7168), {SV::kCoop128x128StreamK, SS::kStreamK, 1, 1, false}},        // 51.4 us
+    {pack_shape(6144, 512, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},             // 48.8 us (DP 49.8) *
     {pack_shape(6144, 4096, 512), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 34.0 us (37.6)
 };
 static_assert(tuned_keys_unique(kTuned), "duplicate shape in the sm90 tuning table");
@@ -140,7 +144,14 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     c.split = SS::kStreamK;
     c.max_swizzle = 8;
   } else if (kb >= 32 && frac > 0.0 && frac < 0.6) {
-    c.variant = SV::kCoop128x128StreamK;
+    // Ours when its stream-K splits only the partial wave (6144x{512,1536}x7168), CUTLASS's otherwise
+    // (1024x4608x7168: 61 vs 66 us).
+    if (sm90::stream_k_partial_wave_only(tiles, sms, kb)) {
+      c.variant = SV::kHand128x128Db;
+      c.max_swizzle = 8;
+    } else {
+      c.variant = SV::kCoop128x128StreamK;
+    }
     c.split = SS::kStreamK;
   } else {
     c.variant = SV::kHand128x128Db;

@@ -601,9 +601,9 @@ inline int sm_count_of(const KernelArgs& a) {
 }
 
 // Data-parallel: one CTA (or cluster) per item up to the co-resident count, items round-robin.
-// Stream-K (on request, when the last wave would be partial): all SMs; the partial wave plus one full
-// wave (when there is one) are split by K evenly over the CTAs, so that no CTA idles at the end and
-// no range is a sliver. Split-K (on request, KernelArgs::splits >= 2): every item in `splits` units
+// Stream-K (on request, when the last wave would be partial): all SMs; the partial wave (plus one full
+// wave unless stream_k_partial_wave_only(), sm90_kernel_args.h) is split by K evenly over the CTAs,
+// so that no CTA idles at the end and no range is a sliver. Split-K (on request, KernelArgs::splits >= 2): every item in `splits` units
 // of equal K ranges (fewer when K is short), handed out round-robin.
 template <class C>
 int max_active_clusters(const KernelArgs& a);
@@ -617,7 +617,7 @@ Split plan_split(const KernelArgs& a) {
   Split sp;
   if (C::kStreamK && a.decomposition == Decomposition::kStreamK && items % slots != 0) {
     const int64_t full = items / slots, rem = items % slots;
-    const int64_t sk = rem + (full >= 1 ? slots : 0);
+    const int64_t sk = rem + (full >= 1 && !stream_k_partial_wave_only(items, slots, kb) ? slots : 0);
     sp.grid = static_cast<int>(slots * C::kCluster);
     sp.dp_items = static_cast<int>(items - sk);
     sp.sk_items = static_cast<int>(sk);

@@ -44,6 +44,17 @@ struct KernelArgs {
   int32_t sm_count = 0;         // 0: ask the device
 };
 
+// Stream-K plan of the hand-written kernels (sm90_hand_kernel.cuh, plan_split), shared with the
+// launcher's heuristic: with `items` work items on `slots` co-resident CTAs and `kb` K blocks per item,
+// only the partial last wave is split when each CTA's share of it is long (>= max(8, kb / 4) K blocks,
+// so that the fixup, one fp32 partial tile per contributor, stays small against it); the whole items
+// then run first with data-parallel locality and the split items' operands are a fraction of A.
+// Otherwise one full wave is split as well, so that no piece is a sliver.
+inline bool stream_k_partial_wave_only(int64_t items, int64_t slots, int64_t kb) {
+  const int64_t full = items / slots, rem = items % slots;
+  return full >= 1 && rem > 0 && rem * kb >= slots * (kb / 4 > 8 ? kb / 4 : 8);
+}
+
 // Each kernel variant exposes the same three entry points.
 #define FP8GEMM_SM90_DECLARE_VARIANT(name)                                              \
   size_t name##_workspace_bytes(const KernelArgs& args);                                \

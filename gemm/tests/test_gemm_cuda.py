@@ -209,7 +209,9 @@ def test_strided_output(shape, accumulation):
 # The hand-written kernels (gemm_cuda/sm90_hand_kernel.cuh): data-parallel, stream-K and split-K (2, 3),
 # forced through GEMM_CUDA_CONFIG="variant,split,splits,group" (Sm90Variant / Sm90Split numbers) on shapes
 # with edge tiles in M and N, K tails, K < 128 (split-K then runs unsplit), tiles cut across 2-6 CTAs
-# (the fix-up path) and the workspace paths (MN-major inputs, fnuz, unaligned output rows).
+# (the fix-up path) and the workspace paths (MN-major inputs, fnuz, unaligned output rows). 6144x576x1536
+# has more tiles than SMs: the 128x128 stream-K builds (and the cluster one) split only its partial last
+# wave there (stream_k_partial_wave_only), the others one full wave as well.
 HAND_VARIANTS = {6: "128x128db", 7: "128x128db-c2", 8: "64x128db", 9: "64x128db-c2", 10: "128x192", 11: "128x64db"}
 HAND_SHAPES = [(1, 576, 208), (127, 576, 2304), (130, 100, 100), (257, 129, 1000), (129, 4608, 7168),
                (384, 960, 4096), (1000, 192, 384), (6144, 576, 1536)]
