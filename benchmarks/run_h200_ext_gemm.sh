@@ -2,7 +2,8 @@
 # One device call for the gemm torch extension on the H200: pip build from the repo (16 jobs), the GPU
 # test suites (test_gemm_cuda.py incl. every hand-written kernel forced through GEMM_CUDA_CONFIG, and
 # test_gemm_errors.py), then benchmarks/gemm_h200.py through the extension (benchmark of the dispatch
-# table + correctness suite) into OUT_DIR/res. Carry .carry/cutlass (CUTLASS 4.2 headers).
+# table + correctness suite) into OUT_DIR/res, then compute-sanitizer memcheck on the hand-written kernels'
+# split paths if time is left. Carry .carry/cutlass (CUTLASS 4.2 headers).
 # Usage on the GPU machine: benchmarks/run_h200_ext_gemm.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,13 @@ since "gemm GPU tests rc=$?: $(tail -1 "$out/pytest_gemm_cuda.log")"
 grep -E "^FAILED|^ERROR" "$out/pytest_gemm_cuda.log" | head -8 | cut -c1-250
 left=$((540 - SECONDS))
 [ $left -gt 40 ] || { since "no time left for the benchmark"; exit 0; }
-timeout $left python3 benchmarks/gemm_h200.py --backend ext --out-dir "$out/res" > "$out/bench.log" 2>&1
+timeout $left python3 benchmarks/gemm_h200.py --backend ext --rounds 5 --out-dir "$out/res" > "$out/bench.log" 2>&1
 since "benchmark rc=$?"
 grep -E "^ *[0-9]+x|summary|correctness|sass" "$out/bench.log" | cut -c1-200
+# compute-sanitizer memcheck on the hand-written kernels' split paths (stream-K incl. the partial-wave-only
+# plan, split-K) on the one test shape with more tiles than SMs, if time is left.
+left=$((585 - SECONDS))
+[ $left -gt 60 ] || { since "no time left for compute-sanitizer"; exit 0; }
+timeout $left compute-sanitizer --tool memcheck --leak-check no python3 -m pytest gemm/tests/test_gemm_cuda.py -q \
+  -p no:cacheprovider -k "test_hand_written_kernels and 6144x576x1536 and (streamk or splitk2)" > "$out/sanitizer.log" 2>&1
+since "compute-sanitizer rc=$?: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries, $(grep -c 'ERROR SUMMARY: [1-9]' "$out/sanitizer.log") with errors; $(tail -1 "$out/sanitizer.log" | cut -c1-120)"

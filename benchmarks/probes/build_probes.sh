@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the sm90 hand-kernel probes (standalone CUDA programs, no torch) into OUT_DIR (default
+# .carry/probes, git-ignored): patched kernel copies from patch_kernel.py, then one binary per probe.
+# Run them on the H200 through the device tool with carry [".carry/probes"]:
+#   .carry/probes/probe_ceiling; .carry/probes/probe_streamk_plan; .carry/probes/probe_trace DIR
+# CUTLASS headers (CuTe's wgmma atoms): $CUTLASS_INCLUDE_DIR (default .carry/cutlass).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${1:-$root/.carry/probes}"
+cutlass="${CUTLASS_INCLUDE_DIR:-$root/.carry/cutlass}"
+mkdir -p "$out"
+python3 "$here/patch_kernel.py" "$out"
+flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DNDEBUG -Xptxas -v
+       -I"$out" -I"$here" -I"$cutlass" -I"$root/gemm/gemm_cuda")
+for p in probe_ceiling probe_streamk_plan probe_trace; do
+  nvcc "${flags[@]}" "$here/$p.cu" -o "$out/$p" > "$out/$p.ptxas.log" 2>&1 || { cat "$out/$p.ptxas.log"; exit 1; }
+  echo "built $out/$p ($(grep -c 'C7514' "$out/$p.ptxas.log") wgmma-serialisation warnings)"
+done
