@@ -3,7 +3,7 @@
 # flags the torch extension uses, and check that each CUTLASS kernel variant really issues
 # warpgroup MMA (wgmma.mma_async) -- i.e. that nothing silently fell back to mma.sync/FFMA. The
 # hand-written kernels' PTX also goes through ptxas (sm_90a): it must not serialise the wgmmas
-# (warning C7514: a loop shape it cannot analyse makes it wait for every wgmma, 15-25 % slower) and
+# (warning C7514: a loop shape it cannot analyse makes it wait for each wgmma before the next) and
 # must not spill.
 # Needs nvcc and the CUTLASS headers of PyPI's nvidia-cutlass==4.2.0.0 (or $CUTLASS_INCLUDE_DIR).
 # On the H200 the SASS is checked too (QGMMA via cuobjdump, benchmarks/gemm_h200.py).
