@@ -483,6 +483,14 @@ def sweep(be, shapes, hand_only=False):
 # ----------------------------------------------------------------------------------------------
 # Benchmark
 # ----------------------------------------------------------------------------------------------
+def derive_rates(row, keys):
+    """TFLOP/s of each timed column in `keys`, and ours' speedup over torch blockwise."""
+    for key in keys:
+        us = row[f"{key}_us"]
+        row[f"{key}_tflops"] = tflops(row["m"], row["n"], row["k"], us) if us == us else float("nan")
+    row["speedup_vs_torch_blockwise"] = row["torch_blockwise_us"] / row["ours_us"]
+
+
 def benchmark(be, shapes, best_cfg=None):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
@@ -546,10 +554,7 @@ def benchmark(be, shapes, best_cfg=None):
         chk = check(out_mn, reference(mn))
         row["ours_mn_ok"], row["ours_mn_rel_err"] = chk["ok_fp8tc"], chk["rel_err"]
         row["ours_mn_us"] = bench_us(run_mn)
-        for key in ("ours", "torch_blockwise", "torch_tensorwise", "bf16", "ours_mn", "ours_exact"):
-            us = row[f"{key}_us"]
-            row[f"{key}_tflops"] = tflops(m, n, k, us) if us == us else float("nan")
-        row["speedup_vs_torch_blockwise"] = row["torch_blockwise_us"] / row["ours_us"]
+        derive_rates(row, ("ours", "torch_blockwise", "torch_tensorwise", "bf16", "ours_mn", "ours_exact"))
         print(f"{m:5d}x{n:5d}x{k:5d}  ours {row['ours_us']:8.1f}us {row['ours_tflops']:7.1f}TF  "
               f"torch-bw {row['torch_blockwise_us']:8.1f}us {row['torch_blockwise_tflops']:7.1f}TF  "
               f"x{row['speedup_vs_torch_blockwise']:.2f}  tensorwise {row['torch_tensorwise_tflops']:7.1f}TF  "
@@ -584,8 +589,6 @@ def retime(be, rows, rounds, best_cfg=None):
             order = [("ours", run), ("torch_blockwise", fn)]
             for key, f in (order if rnd % 2 == 0 else order[::-1]):
                 if f is not None:
-                    if os.environ.get("GEMM_H200_DEBUG"):
-                        print(f"retime round {rnd} {m}x{n}x{k} {key}", flush=True)
                     row[f"{key}_us_rounds"].append(bench_us(f))
             del inp, run, fn
             torch.cuda.empty_cache()
@@ -593,9 +596,7 @@ def retime(be, rows, rounds, best_cfg=None):
         m, n, k = row["m"], row["n"], row["k"]
         for key in ("ours", "torch_blockwise"):
             row[f"{key}_us"] = statistics.median(row[f"{key}_us_rounds"])
-            us = row[f"{key}_us"]
-            row[f"{key}_tflops"] = tflops(m, n, k, us) if us == us else float("nan")
-        row["speedup_vs_torch_blockwise"] = row["torch_blockwise_us"] / row["ours_us"]
+        derive_rates(row, ("ours", "torch_blockwise"))
         print(f"{m:5d}x{n:5d}x{k:5d}  median of {rounds} rounds: ours {row['ours_us']:8.1f}us "
               f"torch-bw {row['torch_blockwise_us']:8.1f}us x{row['speedup_vs_torch_blockwise']:.2f}  "
               f"(ours {', '.join(f'{x:.1f}' for x in row['ours_us_rounds'])}; "
@@ -674,18 +675,19 @@ def write_outputs(out_dir, payload):
         json.dump(payload, f, indent=1, default=str)
     rows = payload.get("benchmark", [])
     env = payload["env"]
+    rounds = payload.get("rounds", 1)
+    # shapes where only ours was retimed (torch blockwise kept its first round, see retime())
+    torch_once = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows if len(r.get("torch_blockwise_us_rounds", [])) == 1]
+    rounds_note = "" if rounds <= 1 else (
+        f" ours and torch blockwise: median of {rounds} rounds over all shapes (alternating which goes first; the "
+        "per-round times are in the JSON), the other columns one round" +
+        (f"; torch blockwise on {', '.join(torch_once)} (unpadded b_scale, wrong results) first round only."
+         if torch_once else "."))
     lines = ["# FP8 block-scaled GEMM (1x128 / 128x128 scales, bf16 out) on the H200", "",
              f"- date: {env['date_utc']}; GPU: {env['gpu']} ({env['sm_count']} SMs); driver / max SM clock / power: "
              f"{env.get('driver')}; torch {env['torch']} (CUDA {env['torch_cuda']}); {env.get('nvcc')}",
              f"- backend measured: `{payload['backend']}`; timing: triton.testing.do_bench median, L2 flushed "
-             "before every call; FP8 dense peak taken as 1979 TFLOP/s." + (
-                 f" ours and torch blockwise: median of {payload['rounds']} rounds over all shapes (alternating "
-                 "which goes first; the per-round times are in the JSON), the other columns one round" + (
-                     "; torch blockwise on " + ", ".join(f"{r['m']}x{r['n']}x{r['k']}" for r in rows
-                                                         if len(r.get("torch_blockwise_us_rounds", [0, 0])) == 1) +
-                     " (unpadded b_scale, wrong results) first round only."
-                     if any(len(r.get("torch_blockwise_us_rounds", [0, 0])) == 1 for r in rows) else ".")
-                 if payload.get("rounds", 1) > 1 else ""),
+             "before every call; FP8 dense peak taken as 1979 TFLOP/s." + rounds_note,
              "- ours = K-major inputs with torch-format scales (same tensors as torch blockwise); ours-MN = "
              "challenge layout (a, b, scales M/N-contiguous), transpose pass included.", ""]
     if rows:
