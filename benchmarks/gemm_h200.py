@@ -139,19 +139,24 @@ def check(out, ref_pair):
 # ----------------------------------------------------------------------------------------------
 # Backends
 # ----------------------------------------------------------------------------------------------
-class exact_env:
-    """Sets GEMM_CUDA_EXACT_ACCUMULATION=1 inside the block when `on`."""
+class env_var:
+    """Sets os.environ[name] = value inside the block (nothing when value is None)."""
 
-    def __init__(self, on):
-        self.on = on
+    def __init__(self, name, value):
+        self.name, self.value = name, value
 
     def __enter__(self):
-        if self.on:
-            os.environ["GEMM_CUDA_EXACT_ACCUMULATION"] = "1"
+        if self.value is not None:
+            os.environ[self.name] = self.value
 
     def __exit__(self, *exc):
-        if self.on:
-            os.environ.pop("GEMM_CUDA_EXACT_ACCUMULATION", None)
+        if self.value is not None:
+            os.environ.pop(self.name, None)
+
+
+def exact_env(on):
+    """GEMM_CUDA_EXACT_ACCUMULATION=1 inside the block when `on`."""
+    return env_var("GEMM_CUDA_EXACT_ACCUMULATION", "1" if on else None)
 
 
 class CapiBackend:
@@ -224,15 +229,17 @@ class ExtBackend:
         self.mod = gemm
 
     def prepare(self, a, b, sa, sb, out=None, cfg=None):
-        # cfg: None (dispatch) or EXACT_CFG (the fp16 exact-accumulation path, via its env switch)
-        assert cfg is None or cfg == EXACT_CFG
+        # cfg: None (dispatch), EXACT_CFG (the fp16 exact-accumulation path, via its env switch) or
+        # [variant, split, splits, group, 0], forced through GEMM_CUDA_CONFIG as the tests do.
+        assert cfg is None or cfg == EXACT_CFG or (len(cfg) == 5 and cfg[4] == 0), cfg
         if out is None:
             out = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.bfloat16)
         mod = self.mod
         exact = cfg == EXACT_CFG
+        forced = None if (cfg is None or exact) else ",".join(str(x) for x in cfg[:4])
 
         def run():
-            with exact_env(exact):
+            with exact_env(exact), env_var("GEMM_CUDA_CONFIG", forced):
                 return mod.gemm(a, b, sa, sb, out=out)
         return run, out
 
@@ -403,8 +410,9 @@ def correctness_suite(be, quick=False):
 # ----------------------------------------------------------------------------------------------
 VARIANTS = {0: "coop128x128_sk", 1: "coop128x128_c2", 2: "pingpong64x128", 3: "swap128x64_sk",
             4: "swap128x192_sk (dropped after the 2026-11-30 sweep)", 5: "f16coop128x128_sk",
-            6: "hand128x128db", 7: "hand128x128dbc2", 8: "hand64x128db", 9: "hand64x128dbc2", 10: "hand128x192", 11: "hand128x64db"}
-HAND_VARIANTS = list(range(6, 12))
+            6: "hand128x128db", 7: "hand128x128dbc2", 8: "hand64x128db", 9: "hand64x128dbc2", 10: "hand128x192", 11: "hand128x64db",
+            12: "hand192x128"}
+HAND_VARIANTS = list(range(6, 13))
 EXACT_CFG = [5, -1, -1, -1, -1]  # marker: the launcher's own choice with GEMM_CUDA_EXACT_ACCUMULATION=1
 
 
@@ -477,6 +485,61 @@ def sweep(be, shapes, hand_only=False):
         print(f"sweep {m}x{n}x{k}: best {best['name']} {best['us']:.1f} us | " +
               " ".join(f"{r['name']}={r['us']:.1f}{'' if r['ok'] else '!'}" for r in res), flush=True)
         rows.append(dict(m=m, n=n, k=k, best=best, all=res))
+    return rows
+
+
+# Candidates of --compare per benchmark shape ([variant, split, splits, group, raster]; None = the
+# launcher's current choice): the 128x128 and 192x128 hand-written kernels, data-parallel and stream-K
+# (and stream-K with rasterisation group 16 for tall M and long K).
+def compare_candidates(m, n, k):
+    cands = [None, [6, 0, 1, 8, 0], [6, 2, 1, 8, 0], [12, 0, 1, 8, 0], [12, 2, 1, 8, 0]]
+    if m > 2048 and cdiv(k, 128) >= 16:
+        cands.append([6, 2, 1, 16, 0])
+    return cands
+
+
+def compare(be, shapes, rounds, cand_fn=compare_candidates):
+    """Same-run comparison of several configurations per shape against torch blockwise: every candidate
+    is checked once (NaN-poisoned output, fp8-path bound), then all of them and torch are timed `rounds`
+    times in a rotating order; reports the median time and the median of the per-round ratios to torch."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(11)
+    rows = []
+    for (m, n, k) in shapes:
+        inp = make_inputs(m, n, k, "kmajor", FN, gen)
+        ref = reference(inp)
+        fns = {"torch_blockwise": torch_blockwise(inp)} if cdiv(k, 128) % 4 == 0 else {}
+        res = {}
+        for c in cand_fn(m, n, k):
+            name = cfg_name(c)
+            try:
+                run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=c)
+                out.fill_(float("nan"))
+                run()
+                torch.cuda.synchronize()
+                chk = check(out, ref)
+                res[name] = dict(cfg=c, ok=bool(chk["ok_fp8tc"]), rel_err=chk["rel_err"], us_rounds=[])
+                if chk["ok_fp8tc"]:
+                    fns[name] = run
+            except Exception as e:
+                res[name] = dict(cfg=c, ok=False, error=repr(e)[:200], us_rounds=[])
+        res.setdefault("torch_blockwise", dict(cfg="torch", ok=True, us_rounds=[]))
+        names = list(fns)
+        for rnd in range(rounds):
+            rot = rnd % len(names)
+            for name in names[rot:] + names[:rot]:
+                res[name]["us_rounds"].append(bench_us(fns[name], rep_ms=40))
+        tb = res["torch_blockwise"]["us_rounds"]
+        for name, r in res.items():
+            r["us"] = statistics.median(r["us_rounds"]) if r["us_rounds"] else float("inf")
+            if tb and r["us_rounds"]:
+                r["ratio_vs_torch"] = statistics.median(t / o for t, o in zip(tb, r["us_rounds"]))
+        print(f"compare {m}x{n}x{k}: " + " | ".join(
+            f"{nm} {r['us']:.1f}us" + (f" x{r['ratio_vs_torch']:.3f}" if "ratio_vs_torch" in r else "") +
+            ("" if r["ok"] else " WRONG") for nm, r in sorted(res.items(), key=lambda kv: kv[1]["us"])), flush=True)
+        rows.append(dict(m=m, n=n, k=k, candidates=res))
+        del inp, ref, fns
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -803,6 +866,9 @@ def main():
     ap.add_argument("--small-only", action="store_true", help="a few small cases (for compute-sanitizer)")
     ap.add_argument("--hand-check", action="store_true", help="force every hand-written kernel on odd shapes")
     ap.add_argument("--hand-sweep", action="store_true", help="sweep: dispatch choice vs hand-written kernels only")
+    ap.add_argument("--compare", action="store_true",
+                    help="same-run comparison of candidate configurations per shape vs torch blockwise (--rounds)")
+    ap.add_argument("--shapes", default="", help="--compare: MxNxK,MxNxK,... (default: the 18 benchmark shapes)")
     ap.add_argument("--render", metavar="JSON",
                     help="no GPU work: rewrite the md (and plot, if matplotlib is there) from a gemm_h200.json, "
                          "with the -Xptxas -v table from --ptxas-log (logs of a local build of the same sources)")
@@ -837,6 +903,14 @@ def main():
     payload["ptxas"] = ptxas_summary(args.ptxas_log)
 
     t0 = time.time()
+    if args.compare:
+        shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",") if sh] or BENCH_SHAPES
+        payload["compare"] = compare(be, shapes, max(1, args.rounds))
+        print(f"compare done in {time.time() - t0:.0f}s", flush=True)
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, "gemm_h200_compare.json"), "w") as f:
+            json.dump(payload, f, indent=1, default=str)
+        return 0
     if args.hand_check and be.name == "capi":
         payload["hand_check"] = hand_variant_suite(be, quick=args.quick)
         print(f"hand check done in {time.time() - t0:.0f}s", flush=True)

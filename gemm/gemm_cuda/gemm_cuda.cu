@@ -44,6 +44,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // splits only the partial wave (sm90_kernel_args.h, stream_k_partial_wave_only), the hand-written
 // stream-K kernel beat its own data-parallel build, which had tied CUTLASS's stream-K kernel (the
 // previous entry) in the 10:23 UTC sweep (133.4 vs 133.8 us, 52.0 vs 52.3 us).
+// ** = session 4: the three-warpgroup 192x128 kernel won these shapes in both same-run comparisons
+// (gemm_h200.py --compare, 3 and 5 rounds, benchmarks/results/gemm_h200_compare/); times are
+// "ours (previous entry)" of the 5-round run.
 // Shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SV = Sm90Variant;
@@ -58,15 +61,15 @@ constexpr TunedShape<Sm90Config> kTuned[] = {
     {pack_shape(1024, 7168, 2304), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 36.8 us (37.7)
     {pack_shape(1024, 512, 7168), {SV::kHand64x128Db, SS::kStreamK, 1, 8, false}},              // 18.2 us (22.4)
     {pack_shape(1024, 4096, 512), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 12.1 us (12.2)
-    {pack_shape(6144, 1536, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},            // 113.0 us (DP 118.5) *
-    {pack_shape(6144, 3072, 1536), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 54.3 us (60.6)
+    {pack_shape(6144, 1536, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 121.0 us (123.8) **
+    {pack_shape(6144, 3072, 1536), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 53.6 us (53.6) **
     {pack_shape(6144, 576, 7168), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 52.9 us (54.4)
-    {pack_shape(6144, 7168, 256), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 40.6 us (42.2)
+    {pack_shape(6144, 7168, 256), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 35.5 us (40.7) **
     {pack_shape(6144, 7168, 2048), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 159.2 us (168.1)
     {pack_shape(6144, 4608, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},            // 370.2 us (379.0)
     {pack_shape(6144, 7168, 2304), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 179.8 us (184.1)
-    {pack_shape(6144, 512, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},             // 48.8 us (DP 49.8) *
-    {pack_shape(6144, 4096, 512), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 34.0 us (37.6)
+    {pack_shape(6144, 512, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 41.1 us (50.3) **
+    {pack_shape(6144, 4096, 512), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 32.7 us (34.3) **
 };
 static_assert(tuned_keys_unique(kTuned), "duplicate shape in the sm90 tuning table");
 
@@ -134,7 +137,20 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   // stream-K build (every SM busy, partial sums fixed up in the workspace).
   const double waves = double(tiles) / double(sms);
   const double frac = waves - static_cast<double>(static_cast<int64_t>(waves));
-  if (kb <= 4 && tiles >= sms * 2) {
+  const bool stream_k_128 = kb >= 32 && frac > 0.0 && frac < 0.6;  // the 128x128 stream-K rule below
+  // 192x128 (three math warpgroups) against 128x128: work per CTA in 64x128 row-slices of a tile, for
+  // whole waves (data-parallel), or for an even share plus half a slice of hand-over where the 128x128
+  // stream-K rule applies. Fewer slices -> 192x128; as many -> 192x128 when K is short (its fewer,
+  // larger tiles halve the per-tile prologue/epilogue share), the 128x128 kernel otherwise. This picks
+  // the measured winner on all 18 benchmark shapes (benchmarks/results/gemm_h200_compare/).
+  const int64_t tiles192 = ceil_div(p.m, 192) * ceil_div(p.n, 128);
+  const double work192 = 3.0 * static_cast<double>(ceil_div(tiles192, sms));
+  double work128 = 2.0 * static_cast<double>(ceil_div(tiles, sms));
+  if (stream_k_128) work128 = std::min(work128, 2.0 * waves + 0.5);
+  if (work192 < work128 || (work192 == work128 && kb <= 12)) {
+    c.variant = SV::kHand192x128;
+    c.max_swizzle = 8;
+  } else if (kb <= 4 && tiles >= sms * 2) {
     c.variant = SV::kHand128x128Db;
     c.max_swizzle = 8;
   } else if (kb <= 4) {
@@ -143,7 +159,7 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     c.variant = SV::kHand64x128Db;
     c.split = SS::kStreamK;
     c.max_swizzle = 8;
-  } else if (kb >= 32 && frac > 0.0 && frac < 0.6) {
+  } else if (stream_k_128) {
     // Ours when its stream-K splits only the partial wave (6144x{512,1536}x7168), CUTLASS's otherwise
     // (1024x4608x7168: 61 vs 66 us).
     if (sm90::stream_k_partial_wave_only(tiles, sms, kb)) {
@@ -290,6 +306,7 @@ Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
     case SV::kHand64x128DbC2: pl.kernel_ws = sm90::hand64x128dbc2_workspace_bytes(a); break;
     case SV::kHand128x192: pl.kernel_ws = sm90::hand128x192_workspace_bytes(a); break;
     case SV::kHand128x64Db: pl.kernel_ws = sm90::hand128x64db_workspace_bytes(a); break;
+    case SV::kHand192x128: pl.kernel_ws = sm90::hand192x128_workspace_bytes(a); break;
   }
   pl.total = align256(off + pl.kernel_ws);
   return pl;
@@ -493,6 +510,7 @@ cudaError_t launch_kernel(const Plan& pl, const sm90::KernelArgs& args, void* ws
     case SV::kHand64x128DbC2: return sm90::hand64x128dbc2_run(args, ws, ws_bytes, stream);
     case SV::kHand128x192: return sm90::hand128x192_run(args, ws, ws_bytes, stream);
     case SV::kHand128x64Db: return sm90::hand128x64db_run(args, ws, ws_bytes, stream);
+    case SV::kHand192x128: return sm90::hand192x128_run(args, ws, ws_bytes, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -573,7 +591,7 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
 
 bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
   const int v = static_cast<int>(cfg.variant);
-  if (v < 0 || v > 11 || v == 4) return false;  // 4: the dropped swap-AB 128x192 variant
+  if (v < 0 || v > 12 || v == 4) return false;  // 4: the dropped swap-AB 128x192 variant
   if (static_cast<int>(cfg.split) < 0 || static_cast<int>(cfg.split) > 3) return false;
   (void)p;
   return true;

@@ -27,6 +27,7 @@ enum class Sm90Variant : int32_t {
   kHand64x128DbC2 = 9,  // sm90_hand64x128dbc2.cu
   kHand128x192 = 10,  // sm90_hand128x192.cu
   kHand128x64Db = 11,  // sm90_hand128x64db.cu
+  kHand192x128 = 12,  // sm90_hand192x128.cu (three math warpgroups)
 };
 
 // Mirrors sm90::Decomposition.

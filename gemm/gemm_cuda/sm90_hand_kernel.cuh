@@ -184,9 +184,16 @@ struct Cfg {
   static constexpr int kCluster = kCluster_;
   static_assert(kCluster == 1 || kCluster == 2, "cluster of 1 or 2 CTAs");
   static_assert(kCluster == 1 || (BN / 2) % 8 == 0, "B half-tiles must be whole 1024-byte swizzle atoms");
+  static_assert(kMathWGs >= 1 && kMathWGs <= 3, "one to three math warpgroups");
   static constexpr int BM = 64 * kMathWGs;
   static constexpr int kThreads = 128 * (kMathWGs + 1);
   static constexpr int kAccRegs = BN / 2;  // fp32 per thread of m64nBN
+  // Register split (setmaxnreg) with two or three math warpgroups: the producer drops to 40 (24, the
+  // minimum, with three), the math warpgroups share the rest of the 512 registers per thread slot
+  // (multiples of 8, at most 232): 232 with two, 160 with three. With one math warpgroup (256 threads)
+  // every thread already has 255.
+  static constexpr int kProducerRegs = kMathWGs == 3 ? 24 : 40;
+  static constexpr int kMathRegs = (512 - kProducerRegs) / kMathWGs / 8 * 8 > 232 ? 232 : (512 - kProducerRegs) / kMathWGs / 8 * 8;
   // Epilogue panels: 64 bf16 columns (128-byte swizzle) or 32 (64-byte swizzle).
   static constexpr int kPanelCols = BN % 64 == 0 ? 64 : 32;
   static constexpr int kPanels = BN / kPanelCols;
@@ -206,6 +213,7 @@ struct Cfg {
   static constexpr int kOffSfa = kOffD + kDBytes;
   static constexpr int kOffBar = kOffSfa + kStages * kSfaBytes;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kPanelBytes % 1024 == 0, "1024-byte tiles");
+  static_assert(kCluster == 1 || kMathWGs <= 2, "clusters: one or two math warpgroups");
 };
 
 struct Params {
@@ -310,7 +318,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (wg == 0) {
     // ---------------- producer ----------------
-    if constexpr (C::kMathWGs == 2) setmaxnreg_dec<40>();
+    if constexpr (C::kMathWGs >= 2) setmaxnreg_dec<C::kProducerRegs>();
     if (tid == 0) {
       prefetch_map(&map_a);
       prefetch_map(&map_b);
@@ -344,8 +352,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
   } else {
     // ---------------- math warpgroups ----------------
-    if constexpr (C::kMathWGs == 2) setmaxnreg_inc<232>();  // 40 + 2 x 232 <= 512 per thread slot
-    const int mw = wg - 1;                 // which 64-row half of the tile
+    if constexpr (C::kMathWGs >= 2) setmaxnreg_inc<C::kMathRegs>();
+    const int mw = wg - 1;                 // which 64-row slice of the tile
     const int warp = tid / 32, lane = tid % 32;
     const int r0 = warp * 16 + lane / 4;   // accumulator rows r0 and r0 + 8 (of this warpgroup's 64)
     const int c0 = 2 * (lane % 4);         // columns 8j + c0, 8j + c0 + 1

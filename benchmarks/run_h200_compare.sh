@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call to choose between kernel configurations: pip build of the gemm extension (16 jobs), the
+# forced hand-written-kernel tests of the variants named in $VARIANT_TESTS (pytest -k expression), the SASS
+# of the hand-written kernels (QGMMA and local-memory instructions per function), then
+# `gemm_h200.py --compare` (every candidate checked once, then all timed with torch blockwise in a
+# rotating order, $ROUNDS rounds) on $SHAPES (default: the 18 benchmark shapes).
+# Carry .carry/cutlass. Usage on the GPU machine: benchmarks/run_h200_compare.sh OUT_DIR
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:?OUT_DIR}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 CUTLASS_INCLUDE_DIR=$PWD/.carry/cutlass
+t0=$SECONDS
+since() { echo "[$((SECONDS - t0)) s] $*"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
+MAX_JOBS=16 timeout 240 python3 -m pip install -q --no-build-isolation --no-deps -e gemm > "$out/build.log" 2>&1
+since "gemm build rc=$?"; tail -3 "$out/build.log" | cut -c1-300
+so=$(python3 -c "import glob; print(' '.join(glob.glob('gemm/**/_gemm*.so', recursive=True)))")
+if command -v cuobjdump > /dev/null && [ -n "$so" ]; then
+  cuobjdump --dump-sass $so > /tmp/sass.txt 2>&1
+  awk '/Function :/{f=$3} /QGMMA/{q[f]++} /LDL|STL/{l[f]++} END{for (k in q) print q[k], l[k]+0, k}' /tmp/sass.txt |
+    grep -i hand | sort -k3 > "$out/sass_hand.txt"
+  since "SASS: $(wc -l < "$out/sass_hand.txt") hand-written kernels; QGMMA / local-memory instructions per kernel:"
+  cut -c1-160 "$out/sass_hand.txt"
+fi
+if [ -n "${VARIANT_TESTS:-}" ]; then
+  timeout 200 python3 -m pytest gemm/tests/test_gemm_cuda.py -q -p no:cacheprovider \
+    -k "test_hand_written_kernels and ($VARIANT_TESTS)" > "$out/pytest_variants.log" 2>&1
+  since "variant tests rc=$?: $(tail -1 "$out/pytest_variants.log")"
+  grep -E "^FAILED|^ERROR" "$out/pytest_variants.log" | head -8 | cut -c1-250
+fi
+left=$((570 - SECONDS))
+timeout $left python3 benchmarks/gemm_h200.py --backend ext --compare --rounds "${ROUNDS:-3}" --shapes "${SHAPES:-}" \
+  --out-dir "$out/res" > "$out/compare.log" 2>&1
+since "compare rc=$?"
+grep "^compare" "$out/compare.log" | cut -c1-600
+tail -2 "$out/compare.log" | cut -c1-300
