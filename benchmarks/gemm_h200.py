@@ -490,11 +490,11 @@ def sweep(be, shapes, hand_only=False):
 
 # Candidates of --compare per benchmark shape ([variant, split, splits, group, raster]; None = the
 # launcher's current choice): the 128x128 and 192x128 hand-written kernels, data-parallel and stream-K
-# (and stream-K with rasterisation group 16 for tall M and long K).
+# (for tall M also other rasterisation groups: 4 and 16 M-blocks).
 def compare_candidates(m, n, k):
     cands = [None, [6, 0, 1, 8, 0], [6, 2, 1, 8, 0], [12, 0, 1, 8, 0], [12, 2, 1, 8, 0]]
-    if m > 2048 and cdiv(k, 128) >= 16:
-        cands.append([6, 2, 1, 16, 0])
+    if m > 2048:
+        cands.append([12, 0, 1, 4, 0])
     return cands
 
 
@@ -539,6 +539,64 @@ def compare(be, shapes, rounds, cand_fn=compare_candidates):
             ("" if r["ok"] else " WRONG") for nm, r in sorted(res.items(), key=lambda kv: kv[1]["us"])), flush=True)
         rows.append(dict(m=m, n=n, k=k, candidates=res))
         del inp, ref, fns
+        torch.cuda.empty_cache()
+    return rows
+
+
+# The dense FP8 peak counts 8192 FLOP per SM per clock (4 tensor cores x 1024 e4m3 FMAs): 132 SMs at
+# 1830 MHz give the 1979 TFLOP/s of the datasheet. clocks() reports the peak at the clock it measures.
+FP8_FLOP_PER_SM_CLOCK = 8192
+
+
+def clocks(be, shapes, seconds=2.0):
+    """SM clock and board power while one GEMM runs back to back (no L2 flush) for `seconds`: ours,
+    torch blockwise and per-tensor _scaled_mm, sampled by nvidia-smi every 50 ms. Shows how far the
+    chip's clock falls under each load, and the TFLOP/s each reaches against the peak at that clock."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(5)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for (m, n, k) in shapes:
+        inp = make_inputs(m, n, k, "kmajor", FN, gen)
+        run, _ = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"])
+        fns = [("ours", run), ("torch_tensorwise", torch_tensorwise(inp))]
+        if cdiv(k, 128) % 4 == 0:
+            fns.insert(1, ("torch_blockwise", torch_blockwise(inp)))
+        for name, fn in fns:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                                    "--format=csv,noheader,nounits", "-lms", "50"],
+                                   stdout=subprocess.PIPE, text=True)
+            calls, t0 = 0, time.time()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            while time.time() - t0 < seconds:
+                for _ in range(20):
+                    fn()
+                calls += 20
+                torch.cuda.synchronize()
+            end.record()
+            end.synchronize()
+            smi.terminate()
+            out = smi.communicate()[0]
+            samples = [[float(x) for x in line.split(",")] for line in out.strip().splitlines()
+                       if line.count(",") == 2 and "N/A" not in line]
+            us = start.elapsed_time(end) * 1e3 / calls
+            mhz = statistics.median(s[0] for s in samples) if samples else float("nan")
+            watts = statistics.median(s[1] for s in samples) if samples else float("nan")
+            tf = tflops(m, n, k, us)
+            peak_at_clock = FP8_FLOP_PER_SM_CLOCK * sms * mhz * 1e6 / 1e12
+            row = dict(m=m, n=n, k=k, impl=name, us=us, tflops=tf, sm_mhz_median=mhz, power_w_median=watts,
+                       samples=len(samples), peak_tflops_at_clock=peak_at_clock,
+                       pct_of_peak_at_clock=100 * tf / peak_at_clock, pct_of_datasheet_peak=100 * tf / PEAK_FP8_TFLOPS)
+            print(f"clocks {m}x{n}x{k} {name:17s} {us:8.1f}us {tf:7.1f}TF  SM {mhz:6.0f} MHz  {watts:5.0f} W  "
+                  f"peak at that clock {peak_at_clock:6.0f}TF -> {row['pct_of_peak_at_clock']:.1f} % "
+                  f"({len(samples)} samples)", flush=True)
+            rows.append(row)
+        del inp, run, fns
         torch.cuda.empty_cache()
     return rows
 
@@ -868,7 +926,9 @@ def main():
     ap.add_argument("--hand-sweep", action="store_true", help="sweep: dispatch choice vs hand-written kernels only")
     ap.add_argument("--compare", action="store_true",
                     help="same-run comparison of candidate configurations per shape vs torch blockwise (--rounds)")
-    ap.add_argument("--shapes", default="", help="--compare: MxNxK,MxNxK,... (default: the 18 benchmark shapes)")
+    ap.add_argument("--shapes", default="", help="--compare / --clocks: MxNxK,MxNxK,... (default: the 18 benchmark shapes)")
+    ap.add_argument("--clocks", action="store_true",
+                    help="SM clock and power under back-to-back calls of ours / torch blockwise / per-tensor (--shapes)")
     ap.add_argument("--render", metavar="JSON",
                     help="no GPU work: rewrite the md (and plot, if matplotlib is there) from a gemm_h200.json, "
                          "with the -Xptxas -v table from --ptxas-log (logs of a local build of the same sources)")
@@ -903,15 +963,19 @@ def main():
     payload["ptxas"] = ptxas_summary(args.ptxas_log)
 
     t0 = time.time()
-    if args.compare:
-        shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",") if sh] or BENCH_SHAPES
-        payload["compare"] = compare(be, shapes, max(1, args.rounds))
-        print(f"compare done in {time.time() - t0:.0f}s", flush=True)
+    shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",") if sh] or BENCH_SHAPES
+    if args.clocks or args.compare:
+        if args.clocks:
+            payload["clocks"] = clocks(be, shapes)
+        if args.compare:
+            payload["compare"] = compare(be, shapes, max(1, args.rounds))
+        print(f"done in {time.time() - t0:.0f}s", flush=True)
         os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "gemm_h200_compare.json"), "w") as f:
+        name = "gemm_h200_clocks.json" if not args.compare else "gemm_h200_compare.json"
+        with open(os.path.join(args.out_dir, name), "w") as f:
             json.dump(payload, f, indent=1, default=str)
         return 0
-    if args.hand_check and be.name == "capi":
+    if args.hand_check:
         payload["hand_check"] = hand_variant_suite(be, quick=args.quick)
         print(f"hand check done in {time.time() - t0:.0f}s", flush=True)
         if not args.sweep:

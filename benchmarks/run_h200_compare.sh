@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call to choose between kernel configurations: pip build of the gemm extension (16 jobs), the
 # forced hand-written-kernel tests of the variants named in $VARIANT_TESTS (pytest -k expression), the SASS
-# of the hand-written kernels (QGMMA and local-memory instructions per function), then
+# of the hand-written kernels (QGMMA and local-memory instructions per function), with HAND_CHECK=1
+# `gemm_h200.py --hand-check` (every hand-written kernel and split on 29 odd / mid-size shapes), with
+# CLOCK_SHAPES=MxNxK,... `gemm_h200.py --clocks` (SM clock and power under load), then
 # `gemm_h200.py --compare` (every candidate checked once, then all timed with torch blockwise in a
 # rotating order, $ROUNDS rounds) on $SHAPES (default: the 18 benchmark shapes).
 # Carry .carry/cutlass. Usage on the GPU machine: benchmarks/run_h200_compare.sh OUT_DIR
@@ -28,6 +30,18 @@ if [ -n "${VARIANT_TESTS:-}" ]; then
     -k "test_hand_written_kernels and ($VARIANT_TESTS)" > "$out/pytest_variants.log" 2>&1
   since "variant tests rc=$?: $(tail -1 "$out/pytest_variants.log")"
   grep -E "^FAILED|^ERROR" "$out/pytest_variants.log" | head -8 | cut -c1-250
+fi
+if [ "${HAND_CHECK:-0}" = 1 ]; then
+  timeout 150 python3 benchmarks/gemm_h200.py --backend ext --hand-check --out-dir "$out/check" > "$out/hand_check.log" 2>&1
+  since "hand check rc=$?"
+  grep "^hand hand" "$out/hand_check.log" | awk '{split($3, r, "/"); if (r[1] != r[2]) bad++; n++} END {print n " configurations, " bad+0 " with failures"}'
+  grep -E "HANDFAIL|Traceback" "$out/hand_check.log" | head -5 | cut -c1-250
+fi
+if [ -n "${CLOCK_SHAPES:-}" ]; then
+  timeout 120 python3 benchmarks/gemm_h200.py --backend ext --clocks --shapes "$CLOCK_SHAPES" --out-dir "$out/clocks" \
+    > "$out/clocks.log" 2>&1
+  since "clocks rc=$?"
+  grep "^clocks" "$out/clocks.log" | cut -c1-250
 fi
 left=$((570 - SECONDS))
 timeout $left python3 benchmarks/gemm_h200.py --backend ext --compare --rounds "${ROUNDS:-3}" --shapes "${SHAPES:-}" \

@@ -189,10 +189,10 @@ struct Cfg {
   static constexpr int kThreads = 128 * (kMathWGs + 1);
   static constexpr int kAccRegs = BN / 2;  // fp32 per thread of m64nBN
   // Register split (setmaxnreg) with two or three math warpgroups: the producer drops to 40 (24, the
-  // minimum, with three), the math warpgroups share the rest of the 512 registers per thread slot
-  // (multiples of 8, at most 232): 232 with two, 160 with three. With one math warpgroup (256 threads)
-  // every thread already has 255.
-  static constexpr int kProducerRegs = kMathWGs == 3 ? 24 : 40;
+  // minimum, with three and no cluster; the cluster producer spills below 40), the math warpgroups share
+  // the rest of the 512 registers per thread slot (multiples of 8, at most 232): 232 with two, 160
+  // with three. With one math warpgroup (256 threads) every thread already has 255.
+  static constexpr int kProducerRegs = kMathWGs == 3 && kCluster == 1 ? 24 : 40;
   static constexpr int kMathRegs = (512 - kProducerRegs) / kMathWGs / 8 * 8 > 232 ? 232 : (512 - kProducerRegs) / kMathWGs / 8 * 8;
   // Epilogue panels: 64 bf16 columns (128-byte swizzle) or 32 (64-byte swizzle).
   static constexpr int kPanelCols = BN % 64 == 0 ? 64 : 32;
@@ -213,7 +213,6 @@ struct Cfg {
   static constexpr int kOffSfa = kOffD + kDBytes;
   static constexpr int kOffBar = kOffSfa + kStages * kSfaBytes;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kPanelBytes % 1024 == 0, "1024-byte tiles");
-  static_assert(kCluster == 1 || kMathWGs <= 2, "clusters: one or two math warpgroups");
 };
 
 struct Params {
