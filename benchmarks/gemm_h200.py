@@ -490,11 +490,13 @@ def sweep(be, shapes, hand_only=False):
 
 # Candidates of --compare per benchmark shape ([variant, split, splits, group, raster]; None = the
 # launcher's current choice): the 128x128 and 192x128 hand-written kernels, data-parallel and stream-K
-# (for tall M also other rasterisation groups: 4 and 16 M-blocks).
+# (for tall M also rasterisation group 4; for narrow N the 128x64 stream-K build).
 def compare_candidates(m, n, k):
     cands = [None, [6, 0, 1, 8, 0], [6, 2, 1, 8, 0], [12, 0, 1, 8, 0], [12, 2, 1, 8, 0]]
     if m > 2048:
         cands.append([12, 0, 1, 4, 0])
+    if n <= 1024:
+        cands.append([11, 2, 1, 8, 0])
     return cands
 
 

@@ -42,6 +42,7 @@ void trace(const probe::Buffers& B, unsigned long long* tr, const char* name, in
   fflush(stdout);
 }
 
+// usage: probe_trace OUT_DIR [session4]
 int main(int argc, char** argv) {
   if (argc > 1) g_out_dir = argv[1];
   probe::Buffers B(size_t(8192) * 8192);
@@ -51,7 +52,17 @@ int main(int argc, char** argv) {
   using DP = hand::Cfg<128, 2, true>;
   using SK = hand::Cfg<128, 2, true, 1, true>;
   using W192 = hand::Cfg<192, 2, false>;
+  using M192 = hand::Cfg<128, 3, false>;
   const auto kSK = Decomposition::kStreamK;
+  if (argc > 2 && std::string(argv[2]) == "session4") {
+    // Why stream-K over every SM loses to data-parallel on few-tile long-K shapes.
+    trace<DP>(B, tr, "db_dp", 1024, 1536, 7168);
+    trace<SK>(B, tr, "db_sk", 1024, 1536, 7168, kSK);
+    trace<DP>(B, tr, "db_dp", 1024, 4608, 7168);
+    trace<SK>(B, tr, "db_sk", 1024, 4608, 7168, kSK);
+    trace<M192>(B, tr, "m192_dp", 6144, 512, 7168);
+    return 0;
+  }
   trace<DP>(B, tr, "db_dp", 6144, 512, 7168);
   trace<SK>(B, tr, "db_sk", 6144, 512, 7168, kSK);
   trace<DP>(B, tr, "db_dp", 6144, 576, 7168);

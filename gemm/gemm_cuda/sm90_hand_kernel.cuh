@@ -608,10 +608,12 @@ inline int sm_count_of(const KernelArgs& a) {
 }
 
 // Data-parallel: one CTA (or cluster) per item up to the co-resident count, items round-robin.
-// Stream-K (on request, when the last wave would be partial): all SMs; the partial wave (plus one full
-// wave unless stream_k_partial_wave_only(), sm90_kernel_args.h) is split by K evenly over the CTAs,
-// so that no CTA idles at the end and no range is a sliver. Split-K (on request, KernelArgs::splits >= 2): every item in `splits` units
-// of equal K ranges (fewer when K is short), handed out round-robin.
+// Stream-K (on request, when the last wave would be partial): all SMs. If the partial wave fills at
+// most half of them, its items are split into equal K ranges at common offsets after the whole waves
+// (split_k_tail_splits(), sm90_kernel_args.h); otherwise the partial wave (plus one full wave unless
+// stream_k_partial_wave_only()) is split by K evenly over the CTAs, so that no CTA idles at the end
+// and no range is a sliver. Split-K (on request, KernelArgs::splits >= 2): every item in `splits`
+// units of equal K ranges (fewer when K is short), handed out round-robin.
 template <class C>
 int max_active_clusters(const KernelArgs& a);
 
@@ -622,6 +624,18 @@ Split plan_split(const KernelArgs& a) {
   const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
   const int64_t slots = C::kCluster == 1 ? sms : max_active_clusters<C>(a);  // co-resident CTAs / clusters
   Split sp;
+  if (const int64_t tail = split_k_tail_splits(items, slots, kb);
+      C::kStreamK && a.decomposition == Decomposition::kStreamK && tail >= 2) {
+    // Whole waves, then the partial wave's items in `tail` equal K ranges (split-K units).
+    const int64_t rem = items % slots;
+    sp.grid = static_cast<int>(slots * C::kCluster);
+    sp.dp_items = static_cast<int>(items - rem);
+    sp.sk_items = static_cast<int>(rem);
+    sp.sk_len = static_cast<int>((kb + tail - 1) / tail);
+    sp.splits = static_cast<int>(tail);
+    sp.slots = rem * (tail - 1) * C::kCluster;
+    return sp;
+  }
   if (C::kStreamK && a.decomposition == Decomposition::kStreamK && items % slots != 0) {
     const int64_t full = items / slots, rem = items % slots;
     const int64_t sk = rem + (full >= 1 && !stream_k_partial_wave_only(items, slots, kb) ? slots : 0);

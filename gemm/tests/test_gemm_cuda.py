@@ -211,11 +211,13 @@ def test_strided_output(shape, accumulation):
 # with edge tiles in M and N, K tails, K < 128 (split-K then runs unsplit), tiles cut across 2-6 CTAs
 # (the fix-up path) and the workspace paths (MN-major inputs, fnuz, unaligned output rows). 6144x576x1536
 # has more tiles than SMs: the 128x128 stream-K builds (and the cluster one) split only its partial last
-# wave there (stream_k_partial_wave_only), the others one full wave as well.
+# wave there (stream_k_partial_wave_only), the others one full wave as well. On 1900x2300x2000 every
+# build's stream-K request runs whole waves and then its partial wave (at most half of the SMs) as
+# split-K units at common K offsets (split_k_tail_splits).
 HAND_VARIANTS = {6: "128x128db", 7: "128x128db-c2", 8: "64x128db", 9: "64x128db-c2", 10: "128x192", 11: "128x64db",
                   12: "192x128"}
 HAND_SHAPES = [(1, 576, 208), (127, 576, 2304), (130, 100, 100), (257, 129, 1000), (129, 4608, 7168),
-               (384, 960, 4096), (1000, 192, 384), (6144, 576, 1536)]
+               (384, 960, 4096), (1000, 192, 384), (6144, 576, 1536), (1900, 2300, 2000)]
 HAND_LAYOUTS = [("k_major", FN, "contiguous"), ("mn_major", FNUZ, "contiguous"), ("k_major", FNUZ, "strided"),
                 ("mn_major", FN, "contiguous")]
 
