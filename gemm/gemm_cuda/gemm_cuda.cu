@@ -44,9 +44,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // splits only the partial wave (sm90_kernel_args.h, stream_k_partial_wave_only), the hand-written
 // stream-K kernel beat its own data-parallel build, which had tied CUTLASS's stream-K kernel (the
 // previous entry) in the 10:23 UTC sweep (133.4 vs 133.8 us, 52.0 vs 52.3 us).
-// ** = session 4: the three-warpgroup 192x128 kernel won these shapes in both same-run comparisons
-// (gemm_h200.py --compare, 3 and 5 rounds, benchmarks/results/gemm_h200_compare/); times are
-// "ours (previous entry)" of the 5-round run.
+// ** = session 4: the three-warpgroup 192x128 kernel beat the previous entry on these shapes in each of
+// four same-run comparisons (gemm_h200.py --compare, 3-5 rounds, benchmarks/results/gemm_h200_compare/
+// c2, c3, c5, c6); times are "ours (previous entry)" of c3.
 // Shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SV = Sm90Variant;
