@@ -636,6 +636,8 @@ Sm90Config choose_config(const GemmProblem& p) {
   return choose_generic(p, false);
 }
 
+Sm90Config choose_generic_config(const GemmProblem& p) { return choose_generic(p, false); }
+
 size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg) {
   if (!problem_valid(p) || !config_valid(p, cfg)) return 0;
   return make_plan(p, cfg).total;

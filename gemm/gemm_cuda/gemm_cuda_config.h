@@ -46,6 +46,10 @@ struct Sm90Config {
 // exact-accumulation variant (see docs/cuda_sm90.md, "Accuracy").
 Sm90Config choose_config(const GemmProblem& p);
 
+// The generic rules alone (no tuned table, no environment override): what a shape outside the table
+// gets. Exposed for the dispatch self-test (gemm/tests/sm90_dispatch_selftest.cu).
+Sm90Config choose_generic_config(const GemmProblem& p);
+
 // Same as workspace_bytes()/gemm() but with an explicit configuration (for tuning sweeps).
 size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg);
 cudaError_t gemm_with(const GemmProblem& p, const Sm90Config& cfg, void* workspace, size_t workspace_bytes,
