@@ -278,6 +278,16 @@ def tflops(m, n, k, us):
     return 2.0 * m * n * k / (us * 1e-6) / 1e12
 
 
+def run_checked(be, inp, ref, cfg=None, out=None):
+    """Prepares `cfg` on inputs `inp` (into `out` if given, else a new tensor), runs it once into the
+    NaN-poisoned output and checks that output against `ref`. Returns (run, out, check dict)."""
+    run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], out=out, cfg=cfg)
+    out.fill_(float("nan"))
+    run()
+    torch.cuda.synchronize()
+    return run, out, check(out, ref)
+
+
 # ----------------------------------------------------------------------------------------------
 # torch baselines
 # ----------------------------------------------------------------------------------------------
@@ -314,13 +324,10 @@ def run_case(be, m, n, k, layout, dtype, gen, out_kind="contig", special=None, c
             flat[idx] = vals[torch.randint(0, vals.numel(), (cnt,), device="cuda", generator=gen)]
             inp[key] = raw.view(dtype) if t.is_contiguous() else t
     if out_kind == "contig":
-        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
     else:  # row stride n+3 (not 16-byte aligned) -> the staged-output path
-        out = torch.full((m, n + 3), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :n]
-    run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], out=out, cfg=cfg)
-    run()
-    torch.cuda.synchronize()
-    res = check(out, reference(inp))
+        out = torch.empty((m, n + 3), device="cuda", dtype=torch.bfloat16)[:, :n]
+    _, _, res = run_checked(be, inp, reference(inp), cfg, out=out)
     exact = cfg == EXACT_CFG
     # The exact path must meet the challenge rule; the fp8 path the fp8-tensor-core bound.
     res["pass"] = res["ok"] if exact else res["ok_fp8tc"]
@@ -470,11 +477,7 @@ def sweep(be, shapes, hand_only=False):
         res = []
         for c in candidate_configs(m, n, k, hand_only):
             try:
-                run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=c)
-                out.fill_(float("nan"))
-                run()
-                torch.cuda.synchronize()
-                chk = check(out, ref)
+                run, _, chk = run_checked(be, inp, ref, c)
                 ok = chk["ok"] if exact_cfg(c) else chk["ok_fp8tc"]
                 us = bench_us(run, rep_ms=30) if ok else float("inf")
                 res.append(dict(cfg=c, name=cfg_name(c), us=us, ok=ok, rel_err=chk["rel_err"],
@@ -515,11 +518,7 @@ def compare(be, shapes, rounds, cand_fn=compare_candidates):
         for c in cand_fn(m, n, k):
             name = cfg_name(c)
             try:
-                run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=c)
-                out.fill_(float("nan"))
-                run()
-                torch.cuda.synchronize()
-                chk = check(out, ref)
+                run, _, chk = run_checked(be, inp, ref, c)
                 res[name] = dict(cfg=c, ok=bool(chk["ok_fp8tc"]), rel_err=chk["rel_err"], us_rounds=[])
                 if chk["ok_fp8tc"]:
                     fns[name] = run
@@ -623,11 +622,7 @@ def benchmark(be, shapes, best_cfg=None):
         ref = reference(inp)
         row = dict(m=m, n=n, k=k)
         cfg = None if best_cfg is None else best_cfg.get((m, n, k))
-        run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=cfg)
-        out.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        chk = check(out, ref)
+        run, out, chk = run_checked(be, inp, ref, cfg)
         row["ours_ok"], row["ours_ok_strict"] = chk["ok_fp8tc"], chk["ok"]
         row["ours_rel_err"], row["ours_strict_fail_frac"] = chk["rel_err"], chk["strict_fail_frac"]
         row["ours_cfg"] = cfg_name(cfg) if cfg else (
@@ -635,11 +630,7 @@ def benchmark(be, shapes, best_cfg=None):
             if hasattr(be, "choose") else "dispatch")
         row["ours_us"] = bench_us(run)
         # exact-accumulation path on the same inputs
-        run_x, out_x = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=EXACT_CFG)
-        out_x.fill_(float("nan"))
-        run_x()
-        torch.cuda.synchronize()
-        chk = check(out_x, ref)
+        run_x, out_x, chk = run_checked(be, inp, ref, EXACT_CFG)
         row["ours_exact_ok"], row["ours_exact_rel_err"] = chk["ok"], chk["rel_err"]
         row["ours_exact_us"] = bench_us(run_x)
         del run_x, out_x
@@ -670,11 +661,7 @@ def benchmark(be, shapes, best_cfg=None):
         del a16, b16
         # ours on MN-major (challenge layout) inputs, transpose pass included
         mn = make_inputs(m, n, k, "mnmajor", FN, gen)
-        run_mn, out_mn = be.prepare(mn["a"], mn["b"], mn["a_scale"], mn["b_scale"])
-        out_mn.fill_(float("nan"))
-        run_mn()
-        torch.cuda.synchronize()
-        chk = check(out_mn, reference(mn))
+        run_mn, _, chk = run_checked(be, mn, reference(mn))
         row["ours_mn_ok"], row["ours_mn_rel_err"] = chk["ok_fp8tc"], chk["rel_err"]
         row["ours_mn_us"] = bench_us(run_mn)
         derive_rates(row, ("ours", "torch_blockwise", "torch_tensorwise", "bf16", "ours_mn", "ours_exact"))
