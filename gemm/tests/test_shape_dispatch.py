@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+from selftest_lines import assert_check_passed, assert_ran_exactly
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "include")
@@ -42,12 +43,9 @@ def selftest_output(tmp_path_factory):
 @pytest.mark.parametrize("check", CHECKS)
 def test_shape_dispatch(selftest_output, check):
     _, lines = selftest_output
-    failures = [line for line in lines if line.startswith(f"FAIL {check}:")]
-    assert not failures, failures[0]
-    assert f"ok {check}" in lines, f"check {check} did not run; output:\n" + "\n".join(lines)
+    assert_check_passed(lines, check)
 
 
 def test_selftest_runs_exactly_the_known_checks(selftest_output):
     returncode, lines = selftest_output
-    assert returncode == 0, "\n".join(lines)
-    assert sorted(line.split()[1].rstrip(":") for line in lines) == sorted(CHECKS)
+    assert_ran_exactly(returncode, lines, CHECKS)
