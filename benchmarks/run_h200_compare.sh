@@ -9,19 +9,14 @@
 # Carry .carry/cutlass. Usage on the GPU machine: benchmarks/run_h200_compare.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${1:?OUT_DIR}"
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1 CUTLASS_INCLUDE_DIR=$PWD/.carry/cutlass
-t0=$SECONDS
-since() { echo "[$((SECONDS - t0)) s] $*"; }
+source benchmarks/h200_gemm_common.sh
+h200_start "${1:-}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
-MAX_JOBS=16 timeout 240 python3 -m pip install -q --no-build-isolation --no-deps -e gemm > "$out/build.log" 2>&1
-since "gemm build rc=$?"; tail -3 "$out/build.log" | cut -c1-300
+build_gemm_ext
 so=$(python3 -c "import glob; print(' '.join(glob.glob('gemm/**/_gemm*.so', recursive=True)))")
 if command -v cuobjdump > /dev/null && [ -n "$so" ]; then
   cuobjdump --dump-sass $so > /tmp/sass.txt 2>&1
-  awk '/Function :/{f=$3} /QGMMA/{q[f]++} /LDL|STL/{l[f]++} END{for (k in q) print q[k], l[k]+0, k}' /tmp/sass.txt |
-    grep -i hand | sort -k3 > "$out/sass_hand.txt"
+  sass_hand_kernels /tmp/sass.txt > "$out/sass_hand.txt"
   since "SASS: $(wc -l < "$out/sass_hand.txt") hand-written kernels; QGMMA / local-memory instructions per kernel:"
   cut -c1-160 "$out/sass_hand.txt"
 fi

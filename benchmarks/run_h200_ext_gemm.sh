@@ -7,13 +7,9 @@
 # Usage on the GPU machine: benchmarks/run_h200_ext_gemm.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${1:?OUT_DIR}"
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1 CUTLASS_INCLUDE_DIR=$PWD/.carry/cutlass
-t0=$SECONDS
-since() { echo "[$((SECONDS - t0)) s] $*"; }
-MAX_JOBS=16 timeout 240 python3 -m pip install -q --no-build-isolation --no-deps -e gemm > "$out/build.log" 2>&1
-since "gemm build rc=$?"; tail -3 "$out/build.log" | cut -c1-300
+source benchmarks/h200_gemm_common.sh
+h200_start "${1:-}"
+build_gemm_ext
 timeout 250 python3 -m pytest gemm/tests/test_gemm_cuda.py gemm/tests/test_gemm_errors.py -q -p no:cacheprovider \
   > "$out/pytest_gemm_cuda.log" 2>&1
 since "gemm GPU tests rc=$?: $(tail -1 "$out/pytest_gemm_cuda.log")"

@@ -9,6 +9,7 @@
 # Each step has its own timeout so a hung kernel costs one step, not the session.
 # Usage on the GPU machine: benchmarks/run_h200_hand.sh OUT_DIR [LIB]
 set -uo pipefail
+source "$(dirname "$0")/h200_gemm_common.sh"
 export PYTHONUNBUFFERED=1
 out="${1:?OUT_DIR}"
 lib="${2:-.carry/capi/libgemm_cuda_capi.so}"
@@ -19,8 +20,7 @@ python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 cuobjdump --dump-sass "$lib" > /tmp/sass.txt 2>&1
 for s in QGMMA HGMMA UTMALDG UTMASTG; do echo "$s $(grep -c "\b$s\b" /tmp/sass.txt)"; done | tee "$out/sass_counts.txt"
 # Hand kernels: per-function QGMMA count and local-memory use.
-awk '/Function :/{f=$3} /QGMMA/{q[f]++} /LDL|STL/{l[f]++} END{for (k in q) if (k ~ /hand/) print q[k], l[k]+0, k}' \
-  /tmp/sass.txt | sort -k3 | tee "$out/sass_hand.txt"
+sass_hand_kernels /tmp/sass.txt | tee "$out/sass_hand.txt"
 timeout ${HAND_CHECK_S:-150} python3 benchmarks/gemm_h200.py --backend capi --lib "$lib" --hand-check \
   --out-dir "$out/check" > "$out/check.log" 2>&1
 echo "hand-check rc=$? at $((SECONDS - t0)) s"
