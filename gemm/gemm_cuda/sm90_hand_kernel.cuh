@@ -193,7 +193,8 @@ struct Cfg {
   // the rest of the 512 registers per thread slot (multiples of 8, at most 232): 232 with two, 160
   // with three. With one math warpgroup (256 threads) every thread already has 255.
   static constexpr int kProducerRegs = kMathWGs == 3 && kCluster == 1 ? 24 : 40;
-  static constexpr int kMathRegs = (512 - kProducerRegs) / kMathWGs / 8 * 8 > 232 ? 232 : (512 - kProducerRegs) / kMathWGs / 8 * 8;
+  static constexpr int kMathRegsLeft = (512 - kProducerRegs) / kMathWGs / 8 * 8;
+  static constexpr int kMathRegs = kMathRegsLeft > 232 ? 232 : kMathRegsLeft;
   // Epilogue panels: 64 bf16 columns (128-byte swizzle) or 32 (64-byte swizzle).
   static constexpr int kPanelCols = BN % 64 == 0 ? 64 : 32;
   static constexpr int kPanels = BN / kPanelCols;
