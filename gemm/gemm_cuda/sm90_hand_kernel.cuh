@@ -199,6 +199,7 @@ struct Cfg {
   static constexpr int kPanelCols = BN % 64 == 0 ? 64 : 32;
   static constexpr int kPanels = BN / kPanelCols;
   static constexpr int kPanelBytes = 64 * kPanelCols * 2;  // per math warpgroup: 64 rows
+  // 192: tiles straddle b_scale blocks at column 64 or 128 only (promote() relies on it).
   static_assert(BN == 64 || BN == 128 || BN == 192, "BN: a Wgmma<> specialisation (64, 128, 192)");
 
   static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = BM * 4;
@@ -296,7 +297,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kOffBar);
   uint64_t* empty = full + C::kStages;
 
-  const int wg = threadIdx.x / 128;
+  // Broadcast from lane 0: lets the compiler see the warpgroup index as warp-uniform, so that the
+  // per-warpgroup shared-memory descriptors are computed in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
   const int num_m = (p.m + C::BM - 1) / C::BM, num_n = (p.n + C::BN - 1) / C::BN;
   const int num_kb = (p.k + kBlockK - 1) / kBlockK;
@@ -423,14 +426,25 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             for (uint32_t c = 0; c < uint32_t(C::kCluster); ++c) mbar_arrive_cluster(&empty[stage], c);
           }
         }
+        // kSplit: first column under the next b_scale block, as a constant so that each column group's
+        // factor is chosen at compile time (a run-time choice cost two compares and selects per group).
+        auto fma_all = [&](auto split_c) {
+          constexpr int kSplit = decltype(split_c)::value;
 #pragma unroll
-        for (int j = 0; j < C::BN / 8; ++j) {
-          const bool hi = (128 % C::BN != 0) && 8 * j >= split;  // tiles that divide 128 never straddle
-          const float f0 = hi ? sc[2] : sc[0], f1 = hi ? sc[3] : sc[1];
-          acc[4 * j + 0] = fmaf(d[4 * j + 0], f0, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(d[4 * j + 1], f0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(d[4 * j + 2], f1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(d[4 * j + 3], f1, acc[4 * j + 3]);
+          for (int j = 0; j < C::BN / 8; ++j) {
+            const float f0 = 8 * j >= kSplit ? sc[2] : sc[0], f1 = 8 * j >= kSplit ? sc[3] : sc[1];
+            acc[4 * j + 0] = fmaf(d[4 * j + 0], f0, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(d[4 * j + 1], f0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(d[4 * j + 2], f1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(d[4 * j + 3], f1, acc[4 * j + 3]);
+          }
+        };
+        if constexpr (128 % C::BN == 0) {
+          fma_all(std::integral_constant<int, 128>{});  // tiles that divide 128 never straddle
+        } else if (split == 64) {                        // BN = 192: n0 % 128 is 0 or 64
+          fma_all(std::integral_constant<int, 64>{});
+        } else {
+          fma_all(std::integral_constant<int, 128>{});
         }
       };
       auto advance = [&](int& st, uint32_t& ph) {
