@@ -47,6 +47,10 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // ** = session 4: the three-warpgroup 192x128 kernel beat the previous entry on these shapes in each of
 // four same-run comparisons (gemm_h200.py --compare, 3-5 rounds, benchmarks/results/gemm_h200_compare/
 // c2, c3, c5, c6); times are "ours (previous entry)" of c3.
+// *** = session 5: once the kernel computed its shared-memory descriptors in uniform registers (192x128:
+// 3-5 % faster, 128x128 0-3 %, benchmarks/results/gemm_h200_probes/ab_uniform_wg.txt), 192x128 with
+// rasterisation group 4 beat the 128x128 entry on these shapes in two same-run comparisons (session 4's
+// c5, and c11 of session 5, benchmarks/results/gemm_h200_compare/); times are c11's.
 // Shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SV = Sm90Variant;
@@ -65,9 +69,9 @@ constexpr TunedShape<Sm90Config> kTuned[] = {
     {pack_shape(6144, 3072, 1536), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 53.6 us (53.6) **
     {pack_shape(6144, 576, 7168), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 52.9 us (54.4)
     {pack_shape(6144, 7168, 256), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 35.5 us (40.7) **
-    {pack_shape(6144, 7168, 2048), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 159.2 us (168.1)
+    {pack_shape(6144, 7168, 2048), {SV::kHand192x128, SS::kDataParallel, 1, 4, false}},         // 161.2 us (166.0) ***
     {pack_shape(6144, 4608, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},            // 370.2 us (379.0)
-    {pack_shape(6144, 7168, 2304), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 179.8 us (184.1)
+    {pack_shape(6144, 7168, 2304), {SV::kHand192x128, SS::kDataParallel, 1, 4, false}},         // 182.1 us (185.3) ***
     {pack_shape(6144, 512, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 41.1 us (50.3) **
     {pack_shape(6144, 4096, 512), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 32.7 us (34.3) **
 };
@@ -140,16 +144,17 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const bool stream_k_128 = kb >= 32 && frac > 0.0 && frac < 0.6;  // the 128x128 stream-K rule below
   // 192x128 (three math warpgroups) against 128x128: work per CTA in 64x128 row-slices of a tile, for
   // whole waves (data-parallel), or for an even share plus half a slice of hand-over where the 128x128
-  // stream-K rule applies. Fewer slices -> 192x128; as many -> 192x128 when K is short (its fewer,
-  // larger tiles halve the per-tile prologue/epilogue share), the 128x128 kernel otherwise. This picks
-  // the measured winner on all 18 benchmark shapes (benchmarks/results/gemm_h200_compare/).
+  // stream-K rule applies. Fewer slices -> 192x128; as many -> 192x128 (rasterisation group 4) up to
+  // K = 2304 (its fewer, larger tiles halve the per-tile prologue/epilogue share; measured at K = 1536,
+  // 2048 and 2304), the 128x128 kernel otherwise. This picks the measured winner on all 18 benchmark
+  // shapes (benchmarks/results/gemm_h200_compare/).
   const int64_t tiles192 = ceil_div(p.m, 192) * ceil_div(p.n, 128);
   const double work192 = 3.0 * static_cast<double>(ceil_div(tiles192, sms));
   double work128 = 2.0 * static_cast<double>(ceil_div(tiles, sms));
   if (stream_k_128) work128 = std::min(work128, 2.0 * waves + 0.5);
-  if (work192 < work128 || (work192 == work128 && kb <= 12)) {
+  if (work192 < work128 || (work192 == work128 && kb <= 18)) {
     c.variant = SV::kHand192x128;
-    c.max_swizzle = 8;
+    c.max_swizzle = work192 == work128 ? 4 : 8;
   } else if (kb <= 4 && tiles >= sms * 2) {
     c.variant = SV::kHand128x128Db;
     c.max_swizzle = 8;
