@@ -500,6 +500,10 @@ def compare_candidates(m, n, k):
         cands.append([12, 0, 1, 4, 0])
     if n <= 1024:
         cands.append([11, 2, 1, 8, 0])
+    # Extra candidates per shape from the environment: GEMM_COMPARE_EXTRA='{"MxNxK": [[v, split, splits,
+    # group, raster], ...]}' (run_h200_compare.sh passes it through).
+    extra = json.loads(os.environ.get("GEMM_COMPARE_EXTRA", "{}") or "{}")
+    cands += [c for c in extra.get(f"{m}x{n}x{k}", []) if c not in cands]
     return cands
 
 
@@ -513,7 +517,14 @@ def compare(be, shapes, rounds, cand_fn=compare_candidates):
     for (m, n, k) in shapes:
         inp = make_inputs(m, n, k, "kmajor", FN, gen)
         ref = reference(inp)
-        fns = {"torch_blockwise": torch_blockwise(inp)} if cdiv(k, 128) % 4 == 0 else {}
+        # Where K/128 is not a multiple of 4, torch 2.11 takes b_scale only with its rows unpadded and then
+        # gives wrong results (h200_verification/), and a repeated call once died with an illegal memory
+        # access (see retime()): timed there only with GEMM_COMPARE_TORCH_UNPADDED=1.
+        fns = {}
+        if cdiv(k, 128) % 4 == 0:
+            fns["torch_blockwise"] = torch_blockwise(inp)
+        elif os.environ.get("GEMM_COMPARE_TORCH_UNPADDED") == "1":
+            fns["torch_blockwise"] = torch_blockwise(dict(inp, b_scale=inp["b_scale"].contiguous()))
         res = {}
         for c in cand_fn(m, n, k):
             name = cfg_name(c)

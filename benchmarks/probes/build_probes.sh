@@ -2,7 +2,8 @@
 # Builds the sm90 hand-kernel probes (standalone CUDA programs, no torch) into OUT_DIR (default
 # .carry/probes, git-ignored): patched kernel copies from patch_kernel.py, then one binary per probe.
 # Run them on the H200 through the device tool with carry [".carry/probes"]:
-#   .carry/probes/probe_ceiling; .carry/probes/probe_streamk_plan; .carry/probes/probe_trace DIR
+#   .carry/probes/probe_ceiling; .carry/probes/probe_streamk_plan; .carry/probes/probe_trace DIR;
+#   .carry/probes/probe_ab
 # CUTLASS headers (CuTe's wgmma atoms): $CUTLASS_INCLUDE_DIR (default .carry/cutlass).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -11,9 +12,17 @@ out="${1:-$root/.carry/probes}"
 cutlass="${CUTLASS_INCLUDE_DIR:-$root/.carry/cutlass}"
 mkdir -p "$out"
 python3 "$here/patch_kernel.py" "$out"
+# probe_ab: the kernel as of $AB_BASE_REV (default: the commit before the uniform-warpgroup-index change),
+# namespace hand -> hand_old, the variant macro at its end dropped (both copies go into one program), and
+# the current sm90_kernel_args.h (not $out's patched copy) shared by both.
+git -C "$root" show "${AB_BASE_REV:-fc50d9b}:gemm/gemm_cuda/sm90_hand_kernel.cuh" |
+  sed -e 's/namespace fp8gemm::cuda::sm90::hand {/namespace fp8gemm::cuda::sm90::hand_old {/' \
+      -e 's|}  // namespace fp8gemm::cuda::sm90::hand$|}  // namespace fp8gemm::cuda::sm90::hand_old|' \
+      -e '/^#define FP8GEMM_SM90_HAND_VARIANT/,$d' \
+      -e "s|#include \"sm90_kernel_args.h\"|#include \"$root/gemm/gemm_cuda/sm90_kernel_args.h\"|" > "$out/ab_old_kernel.cuh"
 flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DNDEBUG -Xptxas -v
        -I"$out" -I"$here" -I"$cutlass" -I"$root/gemm/gemm_cuda")
-for p in probe_ceiling probe_streamk_plan probe_trace; do
+for p in probe_ceiling probe_streamk_plan probe_trace probe_ab; do
   nvcc "${flags[@]}" "$here/$p.cu" -o "$out/$p" > "$out/$p.ptxas.log" 2>&1 || { cat "$out/$p.ptxas.log"; exit 1; }
   echo "built $out/$p ($(grep -c 'C7514' "$out/$p.ptxas.log") wgmma-serialisation warnings)"
 done
