@@ -181,6 +181,34 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   return c;
 }
 
+// Entry points (sm90_kernel_args.h) of each Sm90Variant's translation unit: the one place that maps a
+// variant id to its code, for the workspace size, the launch and the override check. Empty for an id
+// that names no variant (4: the dropped swap-AB 128x192; anything out of range).
+struct VariantEntry {
+  size_t (*workspace_bytes)(const sm90::KernelArgs&) = nullptr;
+  cudaError_t (*run)(const sm90::KernelArgs&, void*, size_t, cudaStream_t) = nullptr;
+};
+
+VariantEntry variant_entry(SV v) {
+#define FP8GEMM_ENTRY(name) VariantEntry{&sm90::name##_workspace_bytes, &sm90::name##_run}
+  switch (v) {
+    case SV::kCoop128x128StreamK: return FP8GEMM_ENTRY(coop128x128_sk);
+    case SV::kCoop128x128Cluster2: return FP8GEMM_ENTRY(coop128x128_c2);
+    case SV::kPingpong64x128: return FP8GEMM_ENTRY(pingpong64x128);
+    case SV::kSwap128x64StreamK: return FP8GEMM_ENTRY(swap128x64_sk);
+    case SV::kF16Coop128x128StreamK: return FP8GEMM_ENTRY(f16coop128x128_sk);
+    case SV::kHand128x128Db: return FP8GEMM_ENTRY(hand128x128db);
+    case SV::kHand128x128DbC2: return FP8GEMM_ENTRY(hand128x128dbc2);
+    case SV::kHand64x128Db: return FP8GEMM_ENTRY(hand64x128db);
+    case SV::kHand64x128DbC2: return FP8GEMM_ENTRY(hand64x128dbc2);
+    case SV::kHand128x192: return FP8GEMM_ENTRY(hand128x192);
+    case SV::kHand128x64Db: return FP8GEMM_ENTRY(hand128x64db);
+    case SV::kHand192x128: return FP8GEMM_ENTRY(hand192x128);
+  }
+#undef FP8GEMM_ENTRY
+  return {};
+}
+
 // ------------------------------------------------------------------------------------------------
 // Plan: which preparation passes a problem needs and where their outputs live in the workspace.
 // Pure host arithmetic, shared by workspace_bytes() and gemm() so they always agree.
@@ -299,20 +327,8 @@ Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
   if (!stream_k_variant(cfg.variant)) a.decomposition = sm90::Decomposition::kDataParallel;
   pl.args = a;
 
-  switch (cfg.variant) {
-    case SV::kCoop128x128StreamK: pl.kernel_ws = sm90::coop128x128_sk_workspace_bytes(a); break;
-    case SV::kCoop128x128Cluster2: pl.kernel_ws = sm90::coop128x128_c2_workspace_bytes(a); break;
-    case SV::kPingpong64x128: pl.kernel_ws = sm90::pingpong64x128_workspace_bytes(a); break;
-    case SV::kSwap128x64StreamK: pl.kernel_ws = sm90::swap128x64_sk_workspace_bytes(a); break;
-    case SV::kF16Coop128x128StreamK: pl.kernel_ws = sm90::f16coop128x128_sk_workspace_bytes(a); break;
-    case SV::kHand128x128Db: pl.kernel_ws = sm90::hand128x128db_workspace_bytes(a); break;
-    case SV::kHand128x128DbC2: pl.kernel_ws = sm90::hand128x128dbc2_workspace_bytes(a); break;
-    case SV::kHand64x128Db: pl.kernel_ws = sm90::hand64x128db_workspace_bytes(a); break;
-    case SV::kHand64x128DbC2: pl.kernel_ws = sm90::hand64x128dbc2_workspace_bytes(a); break;
-    case SV::kHand128x192: pl.kernel_ws = sm90::hand128x192_workspace_bytes(a); break;
-    case SV::kHand128x64Db: pl.kernel_ws = sm90::hand128x64db_workspace_bytes(a); break;
-    case SV::kHand192x128: pl.kernel_ws = sm90::hand192x128_workspace_bytes(a); break;
-  }
+  const VariantEntry entry = variant_entry(cfg.variant);
+  if (entry.workspace_bytes != nullptr) pl.kernel_ws = entry.workspace_bytes(a);
   pl.total = align256(off + pl.kernel_ws);
   return pl;
 }
@@ -503,21 +519,8 @@ int grid_for(int64_t work, int64_t per_block, int sms) {
 }
 
 cudaError_t launch_kernel(const Plan& pl, const sm90::KernelArgs& args, void* ws, size_t ws_bytes, cudaStream_t stream) {
-  switch (pl.cfg.variant) {
-    case SV::kCoop128x128StreamK: return sm90::coop128x128_sk_run(args, ws, ws_bytes, stream);
-    case SV::kCoop128x128Cluster2: return sm90::coop128x128_c2_run(args, ws, ws_bytes, stream);
-    case SV::kPingpong64x128: return sm90::pingpong64x128_run(args, ws, ws_bytes, stream);
-    case SV::kSwap128x64StreamK: return sm90::swap128x64_sk_run(args, ws, ws_bytes, stream);
-    case SV::kF16Coop128x128StreamK: return sm90::f16coop128x128_sk_run(args, ws, ws_bytes, stream);
-    case SV::kHand128x128Db: return sm90::hand128x128db_run(args, ws, ws_bytes, stream);
-    case SV::kHand128x128DbC2: return sm90::hand128x128dbc2_run(args, ws, ws_bytes, stream);
-    case SV::kHand64x128Db: return sm90::hand64x128db_run(args, ws, ws_bytes, stream);
-    case SV::kHand64x128DbC2: return sm90::hand64x128dbc2_run(args, ws, ws_bytes, stream);
-    case SV::kHand128x192: return sm90::hand128x192_run(args, ws, ws_bytes, stream);
-    case SV::kHand128x64Db: return sm90::hand128x64db_run(args, ws, ws_bytes, stream);
-    case SV::kHand192x128: return sm90::hand192x128_run(args, ws, ws_bytes, stream);
-  }
-  return cudaErrorInvalidValue;
+  const VariantEntry e = variant_entry(pl.cfg.variant);
+  return e.run != nullptr ? e.run(args, ws, ws_bytes, stream) : cudaErrorInvalidValue;
 }
 
 template <class T>
@@ -595,8 +598,7 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
 }
 
 bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
-  const int v = static_cast<int>(cfg.variant);
-  if (v < 0 || v > 12 || v == 4) return false;  // 4: the dropped swap-AB 128x192 variant
+  if (variant_entry(cfg.variant).run == nullptr) return false;
   if (static_cast<int>(cfg.split) < 0 || static_cast<int>(cfg.split) > 3) return false;
   (void)p;
   return true;
