@@ -9,7 +9,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_h200 import FN, make_inputs, reference, torch_blockwise  # noqa: E402
+from gemm_h200 import FN, make_inputs, reference, torch_blockwise, with_unpadded_b_scale  # noqa: E402
 
 
 def main():
@@ -17,7 +17,7 @@ def main():
     for (m, n, k) in [(128, 7168, 256), (128, 7168, 2304), (1024, 7168, 256)]:
         gen.manual_seed(11)
         inp = make_inputs(m, n, k, "kmajor", FN, gen)
-        inp = dict(inp, b_scale=inp["b_scale"].contiguous())  # unpadded row stride kb
+        inp = with_unpadded_b_scale(inp)
         out = torch_blockwise(inp)()
         torch.cuda.synchronize()
         ref = reference(inp)

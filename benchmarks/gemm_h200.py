@@ -298,6 +298,12 @@ def torch_blockwise(inp):
     return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
 
 
+def with_unpadded_b_scale(inp):
+    """inp with b_scale's rows unpadded (row stride K/128): the only b_scale torch 2.11's blockwise
+    _scaled_mm accepts when K/128 is not a multiple of 4, and there it returns wrong results."""
+    return dict(inp, b_scale=inp["b_scale"].contiguous())
+
+
 def torch_tensorwise(inp):
     a, b = inp["a"], inp["b"]
     one = torch.ones((), device=a.device, dtype=torch.float32)
@@ -524,7 +530,7 @@ def compare(be, shapes, rounds, cand_fn=compare_candidates):
         if cdiv(k, 128) % 4 == 0:
             fns["torch_blockwise"] = torch_blockwise(inp)
         elif os.environ.get("GEMM_COMPARE_TORCH_UNPADDED") == "1":
-            fns["torch_blockwise"] = torch_blockwise(dict(inp, b_scale=inp["b_scale"].contiguous()))
+            fns["torch_blockwise"] = torch_blockwise(with_unpadded_b_scale(inp))
         res = {}
         for c in cand_fn(m, n, k):
             name = cfg_name(c)
@@ -649,7 +655,7 @@ def benchmark(be, shapes, best_cfg=None):
         fn = None
         for variant in ("padded", "unpadded"):
             try:
-                t_inp = inp if variant == "padded" else dict(inp, b_scale=inp["b_scale"].contiguous())
+                t_inp = inp if variant == "padded" else with_unpadded_b_scale(inp)
                 fn = torch_blockwise(t_inp)
                 o = fn()
                 torch.cuda.synchronize()

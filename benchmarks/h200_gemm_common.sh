@@ -1,5 +1,5 @@
-# Sourced by the gemm device-call scripts (run_h200_ext_gemm.sh, run_h200_compare.sh, run_h200_hand.sh):
-# the steps they share. h200_start and build_gemm_ext expect the repository root as working directory.
+# Sourced by the gemm device-call scripts (run_h200_ext_gemm.sh, run_h200_compare.sh, run_h200_hand.sh,
+# run_h200_ncu.sh): the steps they share. h200_start and build_gemm_ext expect the repository root as working directory.
 
 # h200_start OUT_DIR: output directory, unbuffered Python, CUTLASS headers from .carry/cutlass, and the
 # `since` clock the scripts print their steps with.
@@ -10,6 +10,11 @@ h200_start() {
   t0=$SECONDS
 }
 since() { echo "[$((SECONDS - t0)) s] $*"; }
+
+# gpu_state: the GPU, driver, current / max SM clock, power limit and temperature, one CSV line.
+gpu_state() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
+}
 
 # build_gemm_ext: pip build of the gemm extension from the repository (16 jobs) into $out/build.log.
 build_gemm_ext() {

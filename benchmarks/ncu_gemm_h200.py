@@ -28,7 +28,7 @@ def main():
             cfg = None if c == "dispatch" else [int(x) for x in c.split(",")] + [0]
             fns.append(be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"], cfg=cfg)[0])
         if os.environ.get("NCU_NO_TORCH") != "1":
-            t_inp = inp if gh.cdiv(k, 128) % 4 == 0 else dict(inp, b_scale=inp["b_scale"].contiguous())
+            t_inp = inp if gh.cdiv(k, 128) % 4 == 0 else gh.with_unpadded_b_scale(inp)
             fns.append(gh.torch_blockwise(t_inp))
             fns.append(gh.torch_tensorwise(inp))
         for f in fns:

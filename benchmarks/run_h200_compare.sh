@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/h200_gemm_common.sh
 h200_start "${1:-}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
+gpu_state
 build_gemm_ext
 so=$(python3 -c "import glob; print(' '.join(glob.glob('gemm/**/_gemm*.so', recursive=True)))")
 if command -v cuobjdump > /dev/null && [ -n "$so" ]; then

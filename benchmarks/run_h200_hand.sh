@@ -15,7 +15,7 @@ out="${1:?OUT_DIR}"
 lib="${2:-.carry/capi/libgemm_cuda_capi.so}"
 mkdir -p "$out/res"
 t0=$SECONDS
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
+gpu_state
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 cuobjdump --dump-sass "$lib" > /tmp/sass.txt 2>&1
 for s in QGMMA HGMMA UTMALDG UTMASTG; do echo "$s $(grep -c "\b$s\b" /tmp/sass.txt)"; done | tee "$out/sass_counts.txt"

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/h200_gemm_common.sh
 h200_start "${1:-}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
+gpu_state
 build_gemm_ext
 ncu --version | tail -1
 # shellcheck disable=SC2086
