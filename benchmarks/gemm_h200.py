@@ -424,8 +424,9 @@ def correctness_suite(be, quick=False):
 VARIANTS = {0: "coop128x128_sk", 1: "coop128x128_c2", 2: "pingpong64x128", 3: "swap128x64_sk",
             4: "swap128x192_sk (dropped after the 2026-11-30 sweep)", 5: "f16coop128x128_sk",
             6: "hand128x128db", 7: "hand128x128dbc2", 8: "hand64x128db", 9: "hand64x128dbc2", 10: "hand128x192", 11: "hand128x64db",
-            12: "hand192x128"}
-HAND_VARIANTS = list(range(6, 13))
+            12: "hand192x128", 13: "hand192x144",
+            14: "hand128x96db (dropped after the session-6 compare)"}
+HAND_VARIANTS = list(range(6, 14))
 EXACT_CFG = [5, -1, -1, -1, -1]  # marker: the launcher's own choice with GEMM_CUDA_EXACT_ACCUMULATION=1
 
 

@@ -162,6 +162,7 @@ struct Wgmma;
   };
 FP8GEMM_HAND_WGMMA(64)
 FP8GEMM_HAND_WGMMA(128)
+FP8GEMM_HAND_WGMMA(144)
 FP8GEMM_HAND_WGMMA(192)
 #undef FP8GEMM_HAND_WGMMA
 
@@ -195,12 +196,15 @@ struct Cfg {
   static constexpr int kProducerRegs = kMathWGs == 3 && kCluster == 1 ? 24 : 40;
   static constexpr int kMathRegsLeft = (512 - kProducerRegs) / kMathWGs / 8 * 8;
   static constexpr int kMathRegs = kMathRegsLeft > 232 ? 232 : kMathRegsLeft;
-  // Epilogue panels: 64 bf16 columns (128-byte swizzle) or 32 (64-byte swizzle).
-  static constexpr int kPanelCols = BN % 64 == 0 ? 64 : 32;
+  // Epilogue panels: 64 bf16 columns (128-byte swizzle), 32 (64-byte swizzle) or 16 (32-byte swizzle).
+  static constexpr int kPanelCols = BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
   static constexpr int kPanels = BN / kPanelCols;
   static constexpr int kPanelBytes = 64 * kPanelCols * 2;  // per math warpgroup: 64 rows
-  // 192: tiles straddle b_scale blocks at column 64 or 128 only (promote() relies on it).
-  static_assert(BN == 64 || BN == 128 || BN == 192, "BN: a Wgmma<> specialisation (64, 128, 192)");
+  static_assert(BN == 64 || BN == 128 || BN == 144 || BN == 192, "BN: a Wgmma<> specialisation (64, 128, 144, 192)");
+  // A tile starts at a multiple of gcd(BN, 128) inside its b_scale block, so it straddles at most one
+  // block boundary, at a column that is a multiple of that step (promote() relies on both).
+  static constexpr int kStraddleStep = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
+  static_assert(BN <= 128 + kStraddleStep, "a tile may straddle one b_scale block boundary at most");
 
   static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = BM * 4;
   static constexpr int kDBytes = kMathWGs * kPanels * kPanelBytes;
@@ -284,6 +288,18 @@ __device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int gro
   const int rows = min(group_m, num_m - first);
   mb = first + r % rows;
   nb = r / rows;
+}
+
+// Calls f(integral_constant<S>) for the straddle column S = split, one of kStep, 2 kStep, ..., 128
+// (anything else: 128), so that each column group's scale factor is chosen at compile time.
+template <int kStep, int S = kStep, class F>
+__device__ __forceinline__ void promote_at(int split, F&& f) {
+  if constexpr (S >= 128) {
+    f(std::integral_constant<int, 128>{});
+  } else {
+    if (split == S) f(std::integral_constant<int, S>{});
+    else promote_at<kStep, S + kStep>(split, f);
+  }
 }
 
 template <class C>
@@ -441,10 +457,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         };
         if constexpr (128 % C::BN == 0) {
           fma_all(std::integral_constant<int, 128>{});  // tiles that divide 128 never straddle
-        } else if (split == 64) {                        // BN = 192: n0 % 128 is 0 or 64
-          fma_all(std::integral_constant<int, 64>{});
         } else {
-          fma_all(std::integral_constant<int, 128>{});
+          // One uniform branch per straddle column (BN = 192: 64 or 128; BN = 144: 16, 32, ..., 128).
+          promote_at<C::kStraddleStep>(split, fma_all);
         }
       };
       auto advance = [&](int& st, uint32_t& ph) {
@@ -544,8 +559,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         for (int h = 0; h < 2; ++h) {
           const int row = r0 + 8 * h;
           uint32_t off = uint32_t(row * C::kPanelCols * 2 + pc * 2);
-          // Swizzle<B,4,3>: 16-byte unit index ^= (offset / 128) mod 2^B, B = 3 (128 B rows) or 2 (64 B rows).
-          off ^= ((off >> 7) & (C::kPanelCols == 64 ? 7u : 3u)) << 4;
+          // Swizzle<B,4,3>: 16-byte unit index ^= (offset / 128) mod 2^B, B = 3, 2, 1 for 128-, 64-, 32-byte rows.
+          off ^= ((off >> 7) & (C::kPanelCols == 64 ? 7u : C::kPanelCols == 32 ? 3u : 1u)) << 4;
           *reinterpret_cast<uint32_t*>(smem_d + panel * C::kPanelBytes + off) =
               pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
@@ -784,7 +799,10 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
       !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, a.sfa_ld, 1, C::BM,
                    CU_TENSOR_MAP_SWIZZLE_NONE) ||
       !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.ldd, 64,
-                   C::kPanelCols, C::kPanelCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B))
+                   C::kPanelCols,
+                   C::kPanelCols == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
+                   : C::kPanelCols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                         : CU_TENSOR_MAP_SWIZZLE_32B))
     return cudaErrorInvalidValue;
 
   int dev = 0;

@@ -29,6 +29,7 @@ STUB(hand64x128dbc2)
 STUB(hand128x192)
 STUB(hand128x64db)
 STUB(hand192x128)
+STUB(hand192x144)
 #undef STUB
 }  // namespace fp8gemm::cuda::sm90
 
@@ -100,6 +101,11 @@ void generic_rule_examples() {
   expect(6100, 7100, 2432, Sm90Variant::kHand128x128Db);
   expect(6000, 7100, 300, Sm90Variant::kHand128x128Db);
   expect(1000, 2000, 4000, Sm90Variant::kHand128x128Db);  // 128 tiles of 128x128: one wave
+  // 192x144: 32 x 4 = 128 tiles, one wave (3.375 slices per CTA) against two waves of 128x128 (4); not
+  // for a short K, nor where it saves less than 10 % (6144x512: 192x128 needs one wave of 3 slices).
+  expect(6144, 576, 7168, Sm90Variant::kHand192x144);
+  expect(6144, 576, 1920, Sm90Variant::kHand128x128Db);
+  expect(6144, 512, 7168, Sm90Variant::kHand192x128);
   report("generic_rule_examples", err);
 }
 

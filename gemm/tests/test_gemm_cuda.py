@@ -215,7 +215,7 @@ def test_strided_output(shape, accumulation):
 # build's stream-K request runs whole waves and then its partial wave (at most half of the SMs) as
 # split-K units at common K offsets (split_k_tail_splits).
 HAND_VARIANTS = {6: "128x128db", 7: "128x128db-c2", 8: "64x128db", 9: "64x128db-c2", 10: "128x192", 11: "128x64db",
-                  12: "192x128"}
+                  12: "192x128", 13: "192x144"}
 HAND_SHAPES = [(1, 576, 208), (127, 576, 2304), (130, 100, 100), (257, 129, 1000), (129, 4608, 7168),
                (384, 960, 4096), (1000, 192, 384), (6144, 576, 1536), (1900, 2300, 2000)]
 HAND_LAYOUTS = [("k_major", FN, "contiguous"), ("mn_major", FNUZ, "contiguous"), ("k_major", FNUZ, "strided"),
@@ -233,7 +233,7 @@ def test_hand_written_kernels(shape, variant, split, monkeypatch):
 
 
 def test_config_override_ignores_malformed_values(monkeypatch):
-    for bad in ("x", "6,0", "6,0,1,8,9", "99,0,1,8", "13,0,1,8", "6,0,0,8", "6;0;1;8"):
+    for bad in ("x", "6,0", "6,0,1,8,9", "99,0,1,8", "14,0,1,8", "6,0,0,8", "6;0;1;8"):
         monkeypatch.setenv("GEMM_CUDA_CONFIG", bad)
         run_and_check(130, 100, 100, FN, "k_major", seed=1)
 
