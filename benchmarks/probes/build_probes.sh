@@ -12,10 +12,11 @@ out="${1:-$root/.carry/probes}"
 cutlass="${CUTLASS_INCLUDE_DIR:-$root/.carry/cutlass}"
 mkdir -p "$out"
 python3 "$here/patch_kernel.py" "$out"
-# probe_ab: the kernel as of $AB_BASE_REV (default: the commit before the uniform-warpgroup-index change),
+# probe_ab: the kernel as of $AB_BASE_REV (default: 494d0dd, the commit before the loop-carried-address
+# change of session 6; session 5's A/B used fc50d9b, before the uniform-warpgroup-index change),
 # namespace hand -> hand_old, the variant macro at its end dropped (both copies go into one program), and
 # the current sm90_kernel_args.h (not $out's patched copy) shared by both.
-git -C "$root" show "${AB_BASE_REV:-fc50d9b}:gemm/gemm_cuda/sm90_hand_kernel.cuh" |
+git -C "$root" show "${AB_BASE_REV:-494d0dd}:gemm/gemm_cuda/sm90_hand_kernel.cuh" |
   sed -e 's/namespace fp8gemm::cuda::sm90::hand {/namespace fp8gemm::cuda::sm90::hand_old {/' \
       -e 's|}  // namespace fp8gemm::cuda::sm90::hand$|}  // namespace fp8gemm::cuda::sm90::hand_old|' \
       -e '/^#define FP8GEMM_SM90_HAND_VARIANT/,$d' \

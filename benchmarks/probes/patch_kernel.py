@@ -33,7 +33,7 @@ def ceiling(s):
     s = rep(s, "template <int BN_, int kMathWGs_, bool kDoubleBuffer_, int kCluster_ = 1, bool kStreamK_ = false>\nstruct Cfg {",
             "template <int BN_, int kMathWGs_, bool kDoubleBuffer_, int kCluster_ = 1, bool kStreamK_ = false, int kMode_ = 0>\n"
             "struct Cfg {\n  static constexpr int kMode = kMode_;")
-    s = rep(s, '  static_assert(BN == 64 || BN == 128 || BN == 192, "BN: a Wgmma<> specialisation (64, 128, 192)");', "")
+    s = rep(s, '  static_assert(BN == 64 || BN == 128 || BN == 144 || BN == 192, "BN: a Wgmma<> specialisation (64, 128, 144, 192)");', "")
     s = rep(s, """          mbar_wait(&empty[s], phase ^ 1);
           mbar_arrive_expect_tx(&full[s], C::kStageBytes);""", """          mbar_wait(&empty[s], phase ^ 1);
           if constexpr (C::kMode == 2) { mbar_arrive(&full[s]); if (++s == C::kStages) { s = 0; phase ^= 1; } continue; }

@@ -42,14 +42,17 @@ void ab(const char* name, const probe::Buffers& B, int m, int n, int k, int roun
 int main() {
   probe::Buffers B(size_t(6144) * 7168);
   struct S { int m, n, k; };
-  const S s128[] = {{6144, 4608, 7168}, {6144, 7168, 2048}, {6144, 7168, 2304}, {6144, 576, 7168}, {1024, 1536, 7168},
-                    {1024, 7168, 2048}, {1024, 4096, 512}};
+  const S s128[] = {{6144, 4608, 7168}, {1024, 1536, 7168}, {1024, 7168, 2048}, {1024, 7168, 2304}, {1024, 4096, 512}};
   const S s192x128[] = {{6144, 1536, 7168}, {6144, 512, 7168}, {6144, 7168, 256}, {6144, 4096, 512}, {6144, 3072, 1536},
-                        {6144, 4608, 7168}};
-  const S s128x192[] = {{1024, 3072, 1536}, {1024, 4608, 7168}, {6144, 576, 7168}};
+                        {6144, 7168, 2048}, {6144, 7168, 2304}, {6144, 4608, 7168}};
+  const S s128x192[] = {{1024, 3072, 1536}};
+  const S s192x144[] = {{6144, 576, 7168}};
+  const S s64[] = {{1024, 576, 7168}, {1024, 512, 7168}};
   for (const S& s : s128) ab<hand::Cfg<128, 2, true>, hand_old::Cfg<128, 2, true>>("128x128 db", B, s.m, s.n, s.k);
   for (const S& s : s192x128) ab<hand::Cfg<128, 3, false>, hand_old::Cfg<128, 3, false>>("192x128", B, s.m, s.n, s.k);
   for (const S& s : s128x192) ab<hand::Cfg<192, 2, false>, hand_old::Cfg<192, 2, false>>("128x192", B, s.m, s.n, s.k);
+  for (const S& s : s192x144) ab<hand::Cfg<144, 3, false>, hand_old::Cfg<144, 3, false>>("192x144", B, s.m, s.n, s.k);
+  for (const S& s : s64) ab<hand::Cfg<64, 2, true>, hand_old::Cfg<64, 2, true>>("128x64 db", B, s.m, s.n, s.k);
   const cudaError_t e = cudaDeviceSynchronize();
   printf("done: %s\n", cudaGetErrorString(e));
   return e == cudaSuccess ? 0 : 1;

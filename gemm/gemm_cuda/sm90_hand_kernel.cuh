@@ -49,16 +49,22 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
 }
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbar_wait(uint32_t bar_addr, uint32_t parity) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
       "WAIT_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
       "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
+      "}\n" ::"r"(bar_addr),
       "r"(parity)
       : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait(smem_addr(bar), parity); }
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
@@ -377,6 +383,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     const int r0 = warp * 16 + lane / 4;   // accumulator rows r0 and r0 + 8 (of this warpgroup's 64)
     const int c0 = 2 * (lane % 4);         // columns 8j + c0, 8j + c0 + 1
     uint8_t* smem_d = smem + C::kOffD + mw * C::kPanels * C::kPanelBytes;
+    // Stage 0's addresses, once: a stage's are these plus a constant times the stage index. Derived
+    // from the generic pointer inside the loop, they were recomputed every K block (under the
+    // 160-register budget of three math warpgroups ptxas rematerialised the shared-window base).
+    uint32_t s_full = smem_addr(full);                                      // full[s]: + 8 s
+    uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 + r0);  // + kSfaBytes s
+    uint64_t desc_a = smem_desc_k128b(smem + mw * 64 * kBlockK);            // + kABytes / 16 s
+    uint64_t desc_b = smem_desc_k128b(smem + C::kOffB);                     // + kBBytes / 16 s
     constexpr int R = C::kAccRegs;
     float acc[R];
     float tmp0[R];
@@ -414,12 +427,16 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // promotion factors into sc (b_scale loads from global are issued before the barrier wait and
       // the a_scale reads right after it, so their latency hides under the MMAs).
       auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int kb) {
+        // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
+        // recomputing them from the shared-window base and the b_scale row every K block.
+        asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b), "+l"(sfb0), "+l"(sfb1));
         const float sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
-        mbar_wait(&full[stage], ph);
-        const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaBytes) + mw * 64;
-        const float sa0 = sfa[r0] * p.alpha, sa1 = sfa[r0 + 8] * p.alpha;
-        const uint64_t da = smem_desc_k128b(smem + stage * C::kABytes + mw * 64 * kBlockK);
-        const uint64_t db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
+        mbar_wait(s_full + 8 * uint32_t(stage), ph);
+        const uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaBytes);
+        const float sa0 = ld_shared_f32(sfa) * p.alpha, sa1 = ld_shared_f32(sfa + 32) * p.alpha;
+        // The start address is the descriptor's low 14 bits (16-byte units); no carry out: < 2^18 bytes.
+        const uint64_t da = desc_a + uint32_t(stage * (C::kABytes >> 4));
+        const uint64_t db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
 #pragma unroll
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
         wgmma_fence();
