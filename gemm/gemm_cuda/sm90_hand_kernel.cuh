@@ -211,6 +211,10 @@ struct Cfg {
   // block boundary, at a column that is a multiple of that step (promote() relies on both).
   static constexpr int kStraddleStep = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
   static_assert(BN <= 128 + kStraddleStep, "a tile may straddle one b_scale block boundary at most");
+  // Per-K-block addresses kept as loop-carried values (see issue()): 0-4 % faster for every tile in the
+  // same-run A/B of session 6 (benchmarks/results/gemm_h200_probes/ab_loop_carried.txt) except 192x144,
+  // 3 % slower with them, which keeps the form ptxas recomputes each K block.
+  static constexpr bool kLoopCarriedAddresses = BN != 144;
 
   static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = BM * 4;
   static constexpr int kDBytes = kMathWGs * kPanels * kPanelBytes;
@@ -427,16 +431,27 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // promotion factors into sc (b_scale loads from global are issued before the barrier wait and
       // the a_scale reads right after it, so their latency hides under the MMAs).
       auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int kb) {
-        // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
-        // recomputing them from the shared-window base and the b_scale row every K block.
-        asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b), "+l"(sfb0), "+l"(sfb1));
-        const float sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
-        mbar_wait(s_full + 8 * uint32_t(stage), ph);
-        const uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaBytes);
-        const float sa0 = ld_shared_f32(sfa) * p.alpha, sa1 = ld_shared_f32(sfa + 32) * p.alpha;
-        // The start address is the descriptor's low 14 bits (16-byte units); no carry out: < 2^18 bytes.
-        const uint64_t da = desc_a + uint32_t(stage * (C::kABytes >> 4));
-        const uint64_t db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
+        float sa0, sa1, sb0, sb1;
+        uint64_t da, db;
+        if constexpr (C::kLoopCarriedAddresses) {
+          // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
+          // recomputing them from the shared-window base and the b_scale row every K block.
+          asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b), "+l"(sfb0), "+l"(sfb1));
+          sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
+          mbar_wait(s_full + 8 * uint32_t(stage), ph);
+          const uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaBytes);
+          sa0 = ld_shared_f32(sfa) * p.alpha, sa1 = ld_shared_f32(sfa + 32) * p.alpha;
+          // The start address is the descriptor's low 14 bits (16-byte units); no carry: < 2^18 bytes.
+          da = desc_a + uint32_t(stage * (C::kABytes >> 4));
+          db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
+        } else {
+          sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
+          mbar_wait(&full[stage], ph);
+          const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaBytes) + mw * 64;
+          sa0 = sfa[r0] * p.alpha, sa1 = sfa[r0 + 8] * p.alpha;
+          da = smem_desc_k128b(smem + stage * C::kABytes + mw * 64 * kBlockK);
+          db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
+        }
 #pragma unroll
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
         wgmma_fence();
