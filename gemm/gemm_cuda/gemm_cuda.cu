@@ -51,6 +51,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // 3-5 % faster, 128x128 0-3 %, benchmarks/results/gemm_h200_probes/ab_uniform_wg.txt), 192x128 with
 // rasterisation group 4 beat the 128x128 entry on these shapes in two same-run comparisons (session 4's
 // c5, and c11 of session 5, benchmarks/results/gemm_h200_compare/); times are c11's.
+// **** = session 6: the 192x144 tile (one wave of 128 tiles on this shape, against two of 128x128) in
+// two same-run comparisons (c13: 45.3 vs 52.4 us, c14: 45.0 vs 51.7; torch 48.7 / 48.6); times are c13's.
 // Shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SV = Sm90Variant;

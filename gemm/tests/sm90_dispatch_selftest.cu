@@ -67,20 +67,22 @@ std::string name(const Shape& s) {
   return std::to_string(std::get<0>(s)) + "x" + std::to_string(std::get<1>(s)) + "x" + std::to_string(std::get<2>(s));
 }
 
-// The generic 192x128-vs-128x128 rule picks 192x128 on exactly the benchmark shapes whose tuned entry
-// (the measured winner) is 192x128 -- the claim gemm_cuda.cu and docs/cuda_sm90.md make.
-void generic_rule_matches_table_on_192x128() {
+// The generic rules pick 192x128 (192x144) on exactly the benchmark shapes whose tuned entry (the
+// measured winner) is 192x128 (192x144) -- the claim gemm_cuda.cu and docs/cuda_sm90.md make.
+void generic_rule_matches_table_on(Sm90Variant v, const char* tile, int expected, const char* check) {
   std::string err;
-  int n192 = 0;
+  int n = 0;
   for (const Shape& s : kBenchmarkShapes) {
     const GemmProblem p = problem(std::get<0>(s), std::get<1>(s), std::get<2>(s));
-    const bool table = fp8gemm::cuda::choose_config(p).variant == Sm90Variant::kHand192x128;
-    const bool generic = fp8gemm::cuda::choose_generic_config(p).variant == Sm90Variant::kHand192x128;
-    n192 += table;
-    if (table != generic) err += name(s) + (table ? " table 192x128, generic not; " : " generic 192x128, table not; ");
+    const bool table = fp8gemm::cuda::choose_config(p).variant == v;
+    const bool generic = fp8gemm::cuda::choose_generic_config(p).variant == v;
+    n += table;
+    if (table != generic)
+      err += name(s) + (table ? " table " : " generic ") + tile + (table ? ", generic not; " : ", table not; ");
   }
-  if (n192 != 7) err += "expected 7 tuned 192x128 entries, found " + std::to_string(n192);
-  report("generic_rule_matches_table_on_192x128", err);
+  if (n != expected)
+    err += "expected " + std::to_string(expected) + " tuned " + tile + " entries, found " + std::to_string(n);
+  report(check, err);
 }
 
 // Shapes off the table: decode-sized M swaps AB; short-K tall shapes take 192x128 when its waves leave
@@ -144,7 +146,8 @@ void split_k_tail() {
 }  // namespace
 
 int main() {
-  generic_rule_matches_table_on_192x128();
+  generic_rule_matches_table_on(Sm90Variant::kHand192x128, "192x128", 7, "generic_rule_matches_table_on_192x128");
+  generic_rule_matches_table_on(Sm90Variant::kHand192x144, "192x144", 1, "generic_rule_matches_table_on_192x144");
   generic_rule_examples();
   split_k_tail();
   return failures;
