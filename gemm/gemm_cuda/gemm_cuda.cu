@@ -53,6 +53,10 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // c5, and c11 of session 5, benchmarks/results/gemm_h200_compare/); times are c11's.
 // **** = session 6: the 192x144 tile (one wave of 128 tiles on this shape, against two of 128x128) in
 // two same-run comparisons (c13: 45.3 vs 52.4 us, c14: 45.0 vs 51.7; torch 48.7 / 48.6); times are c13's.
+// ***** = session 6: 192x128 data-parallel instead of 128x128 stream-K. Under do_bench the two tie: 348.3
+// vs 353.4 us in c15, 345.1 vs 336.5 in c11, 368.2 vs 377.6 in c9 (older kernel). Under 2 s of
+// back-to-back calls at the 700 W limit 192x128 was 3 % faster in both rounds: 357.3 / 357.7 vs 368.4 /
+// 368.0 us (benchmarks/results/gemm_h200_clocks_session6/); times are c15's.
 // Shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SV = Sm90Variant;
@@ -72,7 +76,7 @@ constexpr TunedShape<Sm90Config> kTuned[] = {
     {pack_shape(6144, 576, 7168), {SV::kHand192x144, SS::kDataParallel, 1, 4, false}},          // 45.3 us (52.4) ****
     {pack_shape(6144, 7168, 256), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 35.5 us (40.7) **
     {pack_shape(6144, 7168, 2048), {SV::kHand192x128, SS::kDataParallel, 1, 4, false}},         // 161.2 us (166.0) ***
-    {pack_shape(6144, 4608, 7168), {SV::kHand128x128Db, SS::kStreamK, 1, 8, false}},            // 370.2 us (379.0)
+    {pack_shape(6144, 4608, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 348.3 us (353.4) *****
     {pack_shape(6144, 7168, 2304), {SV::kHand192x128, SS::kDataParallel, 1, 4, false}},         // 182.1 us (185.3) ***
     {pack_shape(6144, 512, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 41.1 us (50.3) **
     {pack_shape(6144, 4096, 512), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 32.7 us (34.3) **
@@ -154,6 +158,10 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const double work192 = 3.0 * static_cast<double>(ceil_div(tiles192, sms));
   double work128 = 2.0 * static_cast<double>(ceil_div(tiles, sms));
   if (stream_k_128) work128 = std::min(work128, 2.0 * waves + 0.5);
+  // Where 128x128 needs stream-K to come out ahead, 192x128 data-parallel also takes up to 2 % more
+  // estimated work: 6144x4608x7168 is 27 against 26.7 slices, and 192x128 tied under do_bench and was
+  // 3 % faster under sustained load (gemm_h200_clocks_session6/).
+  const bool near_tie_with_stream_k = stream_k_128 && work192 > work128 && work192 <= 1.02 * work128;
   // 192x144 (same kernel, 144 columns): in the same units a tile is 3 x 144 / 128 = 3.375 slices. Taken
   // only for a long K and when it saves at least 10 % of the per-CTA work against both others; e.g.
   // 6144x576: 128 tiles (one wave) = 3.375, against 4 (128x128: 240 tiles, two waves) and 6 (192x128).
@@ -162,7 +170,7 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   if (kb >= 16 && work144 < 0.9 * std::min(work128, work192)) {
     c.variant = SV::kHand192x144;
     c.max_swizzle = 8;
-  } else if (work192 < work128 || (work192 == work128 && kb <= 18)) {
+  } else if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k) {
     c.variant = SV::kHand192x128;
     c.max_swizzle = work192 == work128 ? 4 : 8;
   } else if (kb <= 4 && tiles >= sms * 2) {

@@ -146,7 +146,7 @@ void split_k_tail() {
 }  // namespace
 
 int main() {
-  generic_rule_matches_table_on(Sm90Variant::kHand192x128, "192x128", 7, "generic_rule_matches_table_on_192x128");
+  generic_rule_matches_table_on(Sm90Variant::kHand192x128, "192x128", 8, "generic_rule_matches_table_on_192x128");
   generic_rule_matches_table_on(Sm90Variant::kHand192x144, "192x144", 1, "generic_rule_matches_table_on_192x144");
   generic_rule_examples();
   split_k_tail();
