@@ -206,6 +206,10 @@ struct Cfg {
   static constexpr int kPanelCols = BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
   static constexpr int kPanels = BN / kPanelCols;
   static constexpr int kPanelBytes = 64 * kPanelCols * 2;  // per math warpgroup: 64 rows
+  // The panels' swizzle, Swizzle<B,4,3> (16-byte unit index ^= (offset / 128) mod 2^B), B = 3, 2, 1 for
+  // 128-, 64-, 32-byte rows: the epilogue's stores and the TMA store map (whose CU_TENSOR_MAP_SWIZZLE_
+  // {128,64,32}B are the values 3, 2, 1) both use it.
+  static constexpr int kPanelSwizzleB = kPanelCols == 64 ? 3 : kPanelCols == 32 ? 2 : 1;
   static_assert(BN == 64 || BN == 128 || BN == 144 || BN == 192, "BN: a Wgmma<> specialisation (64, 128, 144, 192)");
   // A tile starts at a multiple of gcd(BN, 128) inside its b_scale block, so it straddles at most one
   // block boundary, at a column that is a multiple of that step (promote() relies on both).
@@ -591,8 +595,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         for (int h = 0; h < 2; ++h) {
           const int row = r0 + 8 * h;
           uint32_t off = uint32_t(row * C::kPanelCols * 2 + pc * 2);
-          // Swizzle<B,4,3>: 16-byte unit index ^= (offset / 128) mod 2^B, B = 3, 2, 1 for 128-, 64-, 32-byte rows.
-          off ^= ((off >> 7) & (C::kPanelCols == 64 ? 7u : C::kPanelCols == 32 ? 3u : 1u)) << 4;
+          off ^= ((off >> 7) & ((1u << C::kPanelSwizzleB) - 1u)) << 4;  // Cfg::kPanelSwizzleB
           *reinterpret_cast<uint32_t*>(smem_d + panel * C::kPanelBytes + off) =
               pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
@@ -646,6 +649,9 @@ inline bool make_map_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_byt
   return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+
+static_assert(CU_TENSOR_MAP_SWIZZLE_32B == 1 && CU_TENSOR_MAP_SWIZZLE_64B == 2 && CU_TENSOR_MAP_SWIZZLE_128B == 3,
+              "Cfg::kPanelSwizzleB is passed to the TMA store map as a CUtensorMapSwizzle");
 
 inline bool splits_k(const KernelArgs& a) {
   return a.decomposition == Decomposition::kStreamK || (a.decomposition == Decomposition::kSplitK && a.splits >= 2);
@@ -831,10 +837,7 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
       !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, a.sfa_ld, 1, C::BM,
                    CU_TENSOR_MAP_SWIZZLE_NONE) ||
       !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.ldd, 64,
-                   C::kPanelCols,
-                   C::kPanelCols == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
-                   : C::kPanelCols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                         : CU_TENSOR_MAP_SWIZZLE_32B))
+                   C::kPanelCols, static_cast<CUtensorMapSwizzle>(C::kPanelSwizzleB)))
     return cudaErrorInvalidValue;
 
   int dev = 0;
