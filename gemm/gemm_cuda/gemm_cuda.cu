@@ -2,13 +2,15 @@
 //
 // Fast path: both operands K-major with 16-byte aligned rows, e4m3fn, per-row a_scale contiguous
 // along M with a 16-byte aligned K-block stride, b_scale contiguous along K, bf16 out row-major
-// with 16-byte aligned rows -> one CUTLASS kernel launch, nothing else.
+// with 16-byte aligned rows -> one GEMM kernel launch, nothing else.
 // Everything else is first brought into that form inside the caller's workspace (counted in the
-// call's time): operand transpose/pad/convert, scale copies, an output staging buffer.
+// call's time) by one preparation launch (prepare_kernels.cuh: operand transpose/pad/convert, scale
+// copies); rows of out that TMA cannot store go through a staging buffer and a copy.
 // See gemm/docs/cuda_sm90.md for the rules and the measured numbers.
 #include "gemm_cuda.h"
 #include "gemm_cuda_config.h"
 #include "gemm_shape_dispatch.h"
+#include "prepare_kernels.cuh"
 #include "sm90_kernel_args.h"
 
 #include <cuda_runtime.h>
@@ -364,105 +366,6 @@ bool problem_valid(const GemmProblem& p) {
 // Preparation kernels.
 // ------------------------------------------------------------------------------------------------
 
-// Copies a (rows, k) fp8 operand of any strides into a K-major (rows, k_pad) buffer, zero-filling
-// k in [k, k_pad). For e4m3fnuz input it maps 0x80 (fnuz NaN; fn would read -0) to 0x7f (fn NaN)
-// and raises *flag when it meets 0x7f/0xff (fnuz +-240, not representable after the 2x reinterpretation).
-// 128 x 64 byte tiles through shared memory; 4-byte global loads along whichever dimension is
-// contiguous when alignment allows, bytes otherwise.
-constexpr int kTR = 128, kTK = 64, kPitch = kTK + 1;
-
-__device__ __forceinline__ float decode_fp8(uint8_t b, bool fnuz);
-
-// kToHalf: write fp16 (the exact value of each fp8 byte, fn or fnuz) instead of fp8 bytes.
-template <bool kToHalf>
-__global__ void __launch_bounds__(256) convert_operand_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t k,
-                                                              int64_t s_row, int64_t s_k, void* __restrict__ dst_raw,
-                                                              int64_t k_pad, int fnuz, int* flag) {
-  __shared__ uint8_t tile[kTR * kPitch];
-  const int64_t r0 = int64_t(blockIdx.y) * kTR, k0 = int64_t(blockIdx.x) * kTK;
-  const int t = threadIdx.x;
-  const bool rows_contig = s_row == 1 && (s_k % 4) == 0 && (reinterpret_cast<uintptr_t>(src) & 3) == 0 &&
-                           r0 + kTR <= rows;
-  const bool k_contig = s_k == 1 && (s_row % 4) == 0 && (reinterpret_cast<uintptr_t>(src) & 3) == 0 && k0 + kTK <= k;
-  if (rows_contig) {
-    // Word w of k-column c holds rows 4w..4w+3.
-    for (int i = t; i < (kTR / 4) * kTK; i += 256) {
-      const int w = i % (kTR / 4), c = i / (kTR / 4);
-      uint32_t v = 0;
-      if (k0 + c < k) v = *reinterpret_cast<const uint32_t*>(src + (r0 + 4 * w) + (k0 + c) * s_k);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) tile[(4 * w + j) * kPitch + c] = uint8_t(v >> (8 * j));
-    }
-  } else if (k_contig) {
-    for (int i = t; i < kTR * (kTK / 4); i += 256) {
-      const int w = i % (kTK / 4), r = i / (kTK / 4);
-      uint32_t v = 0;
-      if (r0 + r < rows) v = *reinterpret_cast<const uint32_t*>(src + (r0 + r) * s_row + k0 + 4 * w);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) tile[r * kPitch + 4 * w + j] = uint8_t(v >> (8 * j));
-    }
-  } else {
-    // Generic strides: walk the smaller stride across the warp.
-    const bool along_rows = s_row <= s_k;
-    for (int i = t; i < kTR * kTK; i += 256) {
-      const int r = along_rows ? i % kTR : i / kTK;
-      const int c = along_rows ? i / kTR : i % kTK;
-      uint8_t v = 0;
-      if (r0 + r < rows && k0 + c < k) v = src[(r0 + r) * s_row + (k0 + c) * s_k];
-      tile[r * kPitch + c] = v;
-    }
-  }
-  __syncthreads();
-  bool special = false;
-  // Store 4 elements at a time along k (k_pad keeps every row 16-byte aligned).
-  for (int i = t; i < kTR * (kTK / 4); i += 256) {
-    const int w = i % (kTK / 4), r = i / (kTK / 4);
-    const int64_t kk = k0 + 4 * w;
-    if (r0 + r >= rows || kk >= k_pad) continue;
-    if constexpr (kToHalf) {
-      uint32_t h[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float f = (kk + j < k) ? decode_fp8(tile[r * kPitch + 4 * w + j], fnuz != 0) : 0.0f;
-        h[j] = __half_as_ushort(__float2half_rn(f));  // exact: every fp8 value is an fp16 value
-      }
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(dst_raw) + (r0 + r) * k_pad + kk) =
-          make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
-    } else {
-      uint32_t v = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint8_t b = (kk + j < k) ? tile[r * kPitch + 4 * w + j] : uint8_t(0);
-        if (fnuz) {
-          if ((b & 0x7f) == 0x7f) special = true;  // +-240 in fnuz
-          if (b == 0x80) b = 0x7f;                 // fnuz NaN -> fn NaN
-        }
-        v |= uint32_t(b) << (8 * j);
-      }
-      *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(dst_raw) + (r0 + r) * k_pad + kk) = v;
-    }
-  }
-  if (!kToHalf && fnuz) {
-    if (__syncthreads_or(special) && t == 0) atomicOr(flag, 1);
-  }
-}
-
-// dst[r * dst_ld + c] = src[r * s_r + c * s_c] for r < rows, c < cols; rows up to rows_pad are 0.
-__global__ void copy_scales_kernel(const float* __restrict__ src, int64_t rows, int64_t cols, int64_t s_r,
-                                   int64_t s_c, float* __restrict__ dst, int64_t rows_pad, int64_t dst_ld,
-                                   bool dst_col_major) {
-  const int64_t total = rows_pad * cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    // Walk the destination contiguously.
-    int64_t r, c;
-    if (dst_col_major) { r = i % rows_pad; c = i / rows_pad; }
-    else { c = i % cols; r = i / cols; }
-    const float v = r < rows ? src[r * s_r + c * s_c] : 0.0f;
-    if (dst_col_major) dst[c * dst_ld + r] = v;
-    else dst[r * dst_ld + c] = v;
-  }
-}
-
 // out[m * s_m + n * s_n] = staged[m * ld + n]
 __global__ void copy_out_kernel(const uint16_t* __restrict__ staged, int64_t m, int64_t n, int64_t ld,
                                 uint16_t* __restrict__ out, int64_t s_m, int64_t s_n) {
@@ -473,18 +376,7 @@ __global__ void copy_out_kernel(const uint16_t* __restrict__ staged, int64_t m, 
   }
 }
 
-__device__ __forceinline__ float decode_fp8(uint8_t b, bool fnuz) {
-  const int sign = b >> 7, e = (b >> 3) & 0xf, mant = b & 7;
-  if (fnuz) {
-    if (b == 0x80) return __int_as_float(0x7fc00000);
-    // bias 8; subnormal e == 0: mant * 2^-3 * 2^(1-8)
-    const float mag = e == 0 ? ldexpf(float(mant), -10) : ldexpf(float(8 + mant), e - 11);
-    return sign ? -mag : mag;
-  }
-  if ((b & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
-  const float mag = e == 0 ? ldexpf(float(mant), -9) : ldexpf(float(8 + mant), e - 10);
-  return sign ? -mag : mag;
-}
+using prep::decode_fp8;
 
 __device__ __forceinline__ uint16_t float_to_bf16_rne(float f) {
   const uint32_t u = __float_as_uint(f);
@@ -558,29 +450,43 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   if (pl.fnuz) {
     if ((err = cudaMemsetAsync(flag, 0, sizeof(int), stream)) != cudaSuccess) return err;
   }
-  const int src_fnuz = p.format == Fp8Format::kE4M3FNUZ;
-  auto convert = [&](const uint8_t* src, int64_t rows, int64_t s_row, int64_t s_k, size_t off) {
-    dim3 grid(static_cast<unsigned>(ceil_div(pl.k_kernel, kTK)), static_cast<unsigned>(ceil_div(rows, kTR)));
-    if (pl.f16)
-      convert_operand_kernel<true><<<grid, 256, 0, stream>>>(src, rows, p.k, s_row, s_k, at<void>(workspace, off),
-                                                             pl.k_kernel, src_fnuz, nullptr);
-    else
-      convert_operand_kernel<false><<<grid, 256, 0, stream>>>(src, rows, p.k, s_row, s_k, at<void>(workspace, off),
-                                                              pl.k_kernel, pl.fnuz, flag);
+  // One launch for every preparation: operand passes, then the scale copies.
+  prep::PrepareArgs prep_args;
+  prep_args.k = p.k;
+  prep_args.k_pad = pl.k_kernel;
+  prep_args.fnuz = pl.fnuz;  // the fp16 path decodes fnuz exactly instead
+  prep_args.flag = flag;
+  int prep_ctas = 0;
+  auto add_operand = [&](const uint8_t* src, int64_t rows, int64_t s_row, int64_t s_k, size_t off) {
+    prep::OperandJob& j = prep_args.op[prep_args.n_ops++];
+    j.src = src; j.rows = rows; j.s_row = s_row; j.s_k = s_k; j.dst = at<void>(workspace, off);
+    j.tiles_k = static_cast<int>(ceil_div(pl.k_kernel, prep::kTileK));
+    j.tiles = j.tiles_k * static_cast<int>(ceil_div(rows, prep::kTileRows));
+    prep_ctas += j.tiles;
   };
-  if (pl.convert_a) convert(p.a, p.m, p.a_stride_m, p.a_stride_k, pl.off_a);
-  if (pl.convert_b) convert(p.b, p.n, p.b_stride_n, p.b_stride_k, pl.off_b);
-  if (pl.copy_sfa) {
-    // (sfa_rows, kb) contiguous along rows.
-    copy_scales_kernel<<<grid_for(pl.sfa_rows * kb, 256, sms), 256, 0, stream>>>(
-        p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, at<float>(workspace, pl.off_sfa), pl.sfa_rows,
-        pl.sfa_rows, true);
+  if (pl.convert_a) add_operand(p.a, p.m, p.a_stride_m, p.a_stride_k, pl.off_a);
+  if (pl.convert_b) add_operand(p.b, p.n, p.b_stride_n, p.b_stride_k, pl.off_b);
+  int64_t scale_elems = 0;
+  auto add_scales = [&](const float* src, int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, size_t off,
+                        int64_t rows_pad, bool col_major) {
+    prep::ScaleJob& j = prep_args.scale[prep_args.n_scales++];
+    j.src = src; j.rows = rows; j.cols = cols; j.s_r = s_r; j.s_c = s_c; j.dst = at<float>(workspace, off);
+    j.rows_pad = rows_pad; j.dst_col_major = col_major;
+    scale_elems = std::max(scale_elems, rows_pad * cols);
+  };
+  // a_scale: (sfa_rows, kb) contiguous along rows; b_scale: (nb, kb) contiguous along kb.
+  if (pl.copy_sfa) add_scales(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, pl.off_sfa, pl.sfa_rows, true);
+  if (pl.copy_sfb)
+    add_scales(p.b_scale, p.n_blocks(), kb, p.b_scale_stride_nb, p.b_scale_stride_kb, pl.off_sfb, p.n_blocks(), false);
+  if (prep_args.n_scales > 0) {
+    prep_args.scale_ctas = grid_for(scale_elems, prep::kThreads, sms);
+    prep_ctas += prep_args.scale_ctas;
   }
-  if (pl.copy_sfb) {
-    // (nb, kb) contiguous along kb.
-    copy_scales_kernel<<<grid_for(p.n_blocks() * kb, 256, sms), 256, 0, stream>>>(
-        p.b_scale, p.n_blocks(), kb, p.b_scale_stride_nb, p.b_scale_stride_kb, at<float>(workspace, pl.off_sfb),
-        p.n_blocks(), kb, false);
+  if (prep_ctas > 0) {
+    if (pl.f16)
+      prep::prepare_kernel<true><<<prep_ctas, prep::kThreads, 0, stream>>>(prep_args);
+    else
+      prep::prepare_kernel<false><<<prep_ctas, prep::kThreads, 0, stream>>>(prep_args);
   }
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
 

@@ -252,26 +252,89 @@ def _plant(t, byte_values, count, gen):
     raw[idx] = vals[torch.randint(0, len(byte_values), (count,), generator=gen, device=t.device)]
 
 
+@pytest.mark.parametrize("layout", ["k_major", "mn_major"])
 @pytest.mark.parametrize("shape", [(128, 576, 2304), (7, 512, 640), (256, 1536, 7168)], ids=_shape_id)
 @pytest.mark.parametrize("special", ["fnuz_pm240", "fnuz_nan", "fn_nan", "fnuz_pm240_and_nan"])
-def test_special_values(shape, special, accumulation):
+def test_special_values(shape, special, layout, accumulation):
     """e4m3fnuz +-240 (0x7f/0xff: not representable after the fn reinterpretation -> exact fallback),
-    NaN (fnuz 0x80 -> fn 0x7f; fn 0x7f/0xff) must give the reference's values and NaN positions."""
+    NaN (fnuz 0x80 -> fn 0x7f; fn 0x7f/0xff) must give the reference's values and NaN positions. K-major
+    fnuz goes through the preparation pass's straight copies, MN-major through its transposes."""
     m, n, k = shape
     dtype = FN if special.startswith("fn_") else FNUZ
-    a, b, a_scale, b_scale = make_inputs(m, n, k, dtype, "k_major", seed=21, device="cuda")
+    a, b, a_scale, b_scale = make_inputs(m, n, k, dtype, layout, seed=21, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(5)
+    # Plant through the contiguous storage view (an MN-major operand is the transpose of one).
+    a_raw = a if a.is_contiguous() else a.T
+    b_raw = b if b.is_contiguous() else b.T
     if "pm240" in special:
-        _plant(a, [0x7F, 0xFF], max(1, a.numel() // 1000), gen)
-        _plant(b, [0x7F, 0xFF], max(1, b.numel() // 1000), gen)
+        _plant(a_raw, [0x7F, 0xFF], max(1, a.numel() // 1000), gen)
+        _plant(b_raw, [0x7F, 0xFF], max(1, b.numel() // 1000), gen)
     if "nan" in special:
-        _plant(a, [0x80] if dtype == FNUZ else [0x7F, 0xFF], 2, gen)
+        _plant(a_raw, [0x80] if dtype == FNUZ else [0x7F, 0xFF], 2, gen)
     out = poisoned_out(m, n, device="cuda")
     gemm.gemm(a, b, a_scale, b_scale, out=out)
     torch.cuda.synchronize()
     if "nan" in special:
         assert torch.isnan(reference_gemm_gpu(a, b, a_scale, b_scale)).any()
     check(out, a, b, a_scale, b_scale, accumulation == "exact")
+
+
+def _padded_operand(values, layout, pad, nan_byte):
+    """`values` (rows, K) as a view with a padded leading dimension: MN-major (strides (1, ld)) or
+    K-major (strides (ld, 1)), ld = the contiguous extent rounded up to 16 plus `pad`. The padding
+    holds NaN bytes, so a pass that reads past the logical extent shows up in the output."""
+    rows, k = values.shape
+    inner = rows if layout == "mn_major" else k
+    ld = (inner + 15) // 16 * 16 + pad
+    outer = k if layout == "mn_major" else rows
+    base = torch.full((outer, ld), nan_byte, dtype=torch.uint8, device=values.device).view(values.dtype)
+    if layout == "mn_major":
+        base[:, :rows] = values.T
+        return base[:, :rows].T
+    base[:, :k] = values
+    return base[:, :k]
+
+
+# (rows of the permuted operand, K): rows and K cut the 128x128 preparation tiles and its 16-row / 16-byte
+# chunks; K % 16 != 0 pads the rows the kernel reads.
+PERMUTATION_SHAPES = [(1, 16), (100, 208), (16, 264), (257, 1000), (144, 130), (33, 7)]
+
+
+@pytest.mark.parametrize("pad", [0, 16], ids=["ld16", "ld16+16"])
+@pytest.mark.parametrize("layout", ["mn_major", "k_major"])
+@pytest.mark.parametrize("dtype", [FN, FNUZ], ids=["fn", "fnuz"])
+@pytest.mark.parametrize("shape", PERMUTATION_SHAPES, ids=_shape_id)
+def test_preparation_pass_is_exact(shape, dtype, layout, pad, accumulation):
+    """The operand preparation (transpose / pad / fnuz conversion) checked bit for bit: with one operand
+    a permutation matrix of ones and unit scales, each output is one fp8 value of the other operand
+    times 1 (exact in fp32 and in bf16), so out must equal the permuted operand exactly. Operands are
+    views with a padded leading dimension filled with NaN bytes (16-byte aligned when possible: the
+    vectorised paths; K % 16 != 0: the padded-K path)."""
+    rows, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(rows * 7 + k)
+    nan_byte = 0x80 if dtype == FNUZ else 0x7F
+    x = torch.randn((rows, k), generator=gen, device="cuda") * 8
+    vals = torch.where(x.abs() < 2.0 ** -5, torch.full_like(x, 0.75), x).to(dtype)  # normal fp8 values only
+    perm = torch.randperm(k, generator=gen, device="cuda")
+    ones = torch.zeros((k, k), device="cuda")
+    ones[torch.arange(k, device="cuda"), perm] = 1.0
+    ones = ones.to(dtype)  # ones[i, perm[i]] = 1
+    kb, nbk = (k + 127) // 128, (k + 127) // 128
+    expected = vals.to(torch.float32)[:, perm]  # (rows, k)
+    for side in ("a", "b"):
+        op = _padded_operand(vals, layout, pad, nan_byte)
+        other = _padded_operand(ones, layout, pad, nan_byte)
+        if side == "a":  # out (rows, k)[m, n] = vals[m, perm[n]]
+            a, b, m, n, want = op, other, rows, k, expected
+        else:  # out (k, rows)[m, n] = vals[n, perm[m]]
+            a, b, m, n, want = other, op, k, rows, expected.T
+        a_scale = torch.ones((m, kb), device="cuda")
+        b_scale = torch.ones(((n + 127) // 128, nbk), device="cuda")
+        out = poisoned_out(m, n, device="cuda")
+        gemm.gemm(a, b, a_scale, b_scale, out=out)
+        torch.cuda.synchronize()
+        assert torch.equal(out.to(torch.float32), want), (
+            f"operand {side}: {int((out.to(torch.float32) != want).sum())} of {want.numel()} outputs differ")
 
 
 def test_mixed_scale_strides():

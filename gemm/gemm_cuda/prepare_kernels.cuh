@@ -1,0 +1,263 @@
+// The preparation pass of the Hopper backend: everything a call needs before the GEMM kernel, in ONE
+// launch. It brings operands that are not K-major (the challenge's M/N-contiguous layout, any other
+// strides, K not a multiple of 16, e4m3fnuz) into K-major rows padded to k_pad, and copies scales
+// into the layouts the kernels read. Knows nothing of torch: raw pointers, sizes, strides.
+//
+// Work is a flat list of CTAs: [operand 0 tiles][operand 1 tiles][scale-copy CTAs]. An operand tile
+// is 128 rows x 128 K columns. Tiles of a source that is contiguous along rows with a 16-byte aligned
+// base and K stride take the vectorised transpose (16-byte loads and stores, a 4x4 byte transpose in
+// registers, an XOR-swizzled shared tile without bank conflicts); K-contiguous aligned sources take
+// straight 16-byte copies; every other tile takes the generic byte path.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace fp8gemm::cuda::prep {
+
+constexpr int kThreads = 256;
+constexpr int kTileRows = 128, kTileK = 128;
+constexpr int kGenericPitch = kTileK + 1;  // bytes per row of the generic path's shared tile
+
+struct OperandJob {
+  const uint8_t* src = nullptr;  // (rows, k) with strides (s_row, s_k) in elements
+  int64_t rows = 0, s_row = 0, s_k = 0;
+  void* dst = nullptr;  // (rows, k_pad) K-major: fp8 bytes, or fp16 when converting to half
+  int tiles_k = 0, tiles = 0;
+};
+
+struct ScaleJob {
+  const float* src = nullptr;  // (rows, cols) with strides (s_r, s_c)
+  int64_t rows = 0, cols = 0, s_r = 0, s_c = 0;
+  float* dst = nullptr;  // (rows_pad, cols): column-major with ld rows_pad, or row-major with ld cols
+  int64_t rows_pad = 0;
+  bool dst_col_major = false;
+};
+
+struct PrepareArgs {
+  OperandJob op[2];
+  int n_ops = 0;
+  ScaleJob scale[2];
+  int n_scales = 0;
+  int scale_ctas = 0;  // CTAs after the operand tiles that copy the scales (grid-stride)
+  int64_t k = 0, k_pad = 0;
+  int fnuz = 0;         // e4m3fnuz input to e4m3fn bytes: 0x80 -> 0x7f, and raise *flag on +-240
+  int* flag = nullptr;  // where fnuz +-240 is reported (0x7f / 0xff: not representable after the 2x reinterpretation)
+};
+
+__device__ __forceinline__ float decode_fp8(uint8_t b, bool fnuz) {
+  const int sign = b >> 7, e = (b >> 3) & 0xf, mant = b & 7;
+  if (fnuz) {
+    if (b == 0x80) return __int_as_float(0x7fc00000);
+    // bias 8; subnormal e == 0: mant * 2^-3 * 2^(1-8)
+    const float mag = e == 0 ? ldexpf(float(mant), -10) : ldexpf(float(8 + mant), e - 11);
+    return sign ? -mag : mag;
+  }
+  if ((b & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
+  const float mag = e == 0 ? ldexpf(float(mant), -9) : ldexpf(float(8 + mant), e - 10);
+  return sign ? -mag : mag;
+}
+
+// fnuz bytes as fn bytes: 0x80 (fnuz NaN; fn would read -0) -> 0x7f (fn NaN); flags 0x7f / 0xff.
+__device__ __forceinline__ uint8_t fnuz_byte_to_fn(uint8_t b, bool& special) {
+  if ((b & 0x7f) == 0x7f) special = true;
+  return b == 0x80 ? uint8_t(0x7f) : b;
+}
+
+__device__ __forceinline__ uint32_t fnuz_word_to_fn(uint32_t v, bool& special) {
+  uint32_t r = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) r |= uint32_t(fnuz_byte_to_fn(uint8_t(v >> (8 * j)), special)) << (8 * j);
+  return r;
+}
+
+// Vectorised transpose of one tile (fp8 out). Requires s_row == 1, s_k % 16 == 0 and a 16-byte aligned
+// src. Thread t loads 16 consecutive rows (one uint4) of 4 consecutive K columns, transposes the four
+// 4x4 byte blocks with byte permutes and stores 16 words (row, 4 K bytes) into the shared tile. The
+// tile's word column is XOR-swizzled by the row's 16-row chunk, so both the word stores and the
+// later 16-byte row reads are free of bank conflicts.
+__device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k, int64_t k_pad,
+                                                   bool fnuz, uint32_t* tile /* [kTileRows][kTileK / 4] */) {
+  const int t = threadIdx.x;
+  const int chunk = t & 7;   // 16-row chunk of the tile
+  const int kquad = t >> 3;  // 4-column group of the tile, 0..31
+  const int64_t row = r0 + 16 * chunk;
+  const bool full_chunk = row + 16 <= job.rows;
+  uint32_t w[4][4];  // w[j][g]: K column 4*kquad + j, rows 4g..4g+3 of the chunk
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t col = k0 + 4 * kquad + j;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (col < k && row < job.rows) {
+      const uint8_t* p = job.src + row + col * job.s_k;
+      if (full_chunk) {
+        v = __ldg(reinterpret_cast<const uint4*>(p));
+      } else {  // the last rows of the operand: bytes, zero past its end
+        uint32_t b[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          if (row + i < job.rows) b[i / 4] |= uint32_t(__ldg(p + i)) << (8 * (i % 4));
+        }
+        v = make_uint4(b[0], b[1], b[2], b[3]);
+      }
+    }
+    w[j][0] = v.x; w[j][1] = v.y; w[j][2] = v.z; w[j][3] = v.w;
+  }
+  const int swz = chunk << 2;
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    // 4x4 byte transpose: in, word j = column j, byte i = row i; out, word i = row i, byte j = column j.
+    const uint32_t lo01 = __byte_perm(w[0][g], w[1][g], 0x5140), hi01 = __byte_perm(w[0][g], w[1][g], 0x7362);
+    const uint32_t lo23 = __byte_perm(w[2][g], w[3][g], 0x5140), hi23 = __byte_perm(w[2][g], w[3][g], 0x7362);
+    const uint32_t rows4[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                               __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) tile[(16 * chunk + 4 * g + i) * (kTileK / 4) + (kquad ^ swz)] = rows4[i];
+  }
+  __syncthreads();
+  bool special = false;
+  uint8_t* dst = static_cast<uint8_t*>(job.dst);
+  // 16-byte stores along K: 8 threads per row, 32 rows per pass.
+#pragma unroll
+  for (int it = 0; it < kTileRows * (kTileK / 16) / kThreads; ++it) {
+    const int i = t + it * kThreads;
+    const int c = i & 7, r = i >> 3;
+    const int64_t kk = k0 + 16 * c;
+    if (r0 + r >= job.rows || kk >= k_pad) continue;
+    uint4 v = *reinterpret_cast<const uint4*>(tile + r * (kTileK / 4) + 4 * (c ^ ((r >> 4) & 7)));
+    if (fnuz) {
+      v.x = fnuz_word_to_fn(v.x, special);
+      v.y = fnuz_word_to_fn(v.y, special);
+      v.z = fnuz_word_to_fn(v.z, special);
+      v.w = fnuz_word_to_fn(v.w, special);
+    }
+    *reinterpret_cast<uint4*>(dst + (r0 + r) * k_pad + kk) = v;
+  }
+  return special;
+}
+
+// K-contiguous source (s_k == 1, s_row % 16 == 0, 16-byte aligned) that still needs a pass (e4m3fnuz,
+// or K not a multiple of 16): straight 16-byte copies, no shared memory; bytes for a last partial chunk.
+__device__ __forceinline__ bool copy_tile_kmajor_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k,
+                                                     int64_t k_pad, bool fnuz) {
+  bool special = false;
+  uint8_t* dst = static_cast<uint8_t*>(job.dst);
+#pragma unroll
+  for (int it = 0; it < kTileRows * (kTileK / 16) / kThreads; ++it) {
+    const int i = threadIdx.x + it * kThreads;
+    const int c = i & 7, r = i >> 3;
+    const int64_t kk = k0 + 16 * c;
+    if (r0 + r >= job.rows || kk >= k_pad) continue;
+    const uint8_t* p = job.src + (r0 + r) * job.s_row + kk;
+    uint4 v;
+    if (kk + 16 <= k) {
+      v = __ldg(reinterpret_cast<const uint4*>(p));
+    } else {
+      uint32_t b[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        if (kk + j < k) b[j / 4] |= uint32_t(__ldg(p + j)) << (8 * (j % 4));
+      }
+      v = make_uint4(b[0], b[1], b[2], b[3]);
+    }
+    if (fnuz) {
+      v.x = fnuz_word_to_fn(v.x, special);
+      v.y = fnuz_word_to_fn(v.y, special);
+      v.z = fnuz_word_to_fn(v.z, special);
+      v.w = fnuz_word_to_fn(v.w, special);
+    }
+    *reinterpret_cast<uint4*>(dst + (r0 + r) * k_pad + kk) = v;
+  }
+  return special;
+}
+
+// Any strides, fp8 or fp16 out: bytes in through a padded shared tile, 4 K elements per store.
+template <bool kToHalf>
+__device__ __forceinline__ bool convert_tile_generic(const OperandJob& job, int64_t r0, int64_t k0, int64_t k,
+                                                     int64_t k_pad, bool fnuz, uint8_t* tile /* [kTileRows][kGenericPitch] */) {
+  const int t = threadIdx.x;
+  const bool along_rows = job.s_row <= job.s_k;  // walk the smaller stride across the warp
+  for (int i = t; i < kTileRows * kTileK; i += kThreads) {
+    const int r = along_rows ? i % kTileRows : i / kTileK;
+    const int c = along_rows ? i / kTileRows : i % kTileK;
+    uint8_t v = 0;
+    if (r0 + r < job.rows && k0 + c < k) v = job.src[(r0 + r) * job.s_row + (k0 + c) * job.s_k];
+    tile[r * kGenericPitch + c] = v;
+  }
+  __syncthreads();
+  bool special = false;
+  for (int i = t; i < kTileRows * (kTileK / 4); i += kThreads) {
+    const int w = i % (kTileK / 4), r = i / (kTileK / 4);
+    const int64_t kk = k0 + 4 * w;
+    if (r0 + r >= job.rows || kk >= k_pad) continue;
+    if constexpr (kToHalf) {
+      uint32_t h[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float f = (kk + j < k) ? decode_fp8(tile[r * kGenericPitch + 4 * w + j], fnuz) : 0.0f;
+        h[j] = __half_as_ushort(__float2half_rn(f));  // exact: every fp8 value is an fp16 value
+      }
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(job.dst) + (r0 + r) * k_pad + kk) =
+          make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+    } else {
+      uint32_t v = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint8_t b = (kk + j < k) ? tile[r * kGenericPitch + 4 * w + j] : uint8_t(0);
+        if (fnuz) b = fnuz_byte_to_fn(b, special);
+        v |= uint32_t(b) << (8 * j);
+      }
+      *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(job.dst) + (r0 + r) * k_pad + kk) = v;
+    }
+  }
+  return special;
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__device__ __forceinline__ bool rows_contiguous_vec(const OperandJob& j) {
+  return j.s_row == 1 && j.s_k % 16 == 0 && aligned16(j.src);
+}
+__device__ __forceinline__ bool k_contiguous_vec(const OperandJob& j) {
+  return j.s_k == 1 && j.s_row % 16 == 0 && aligned16(j.src);
+}
+
+// kToHalf: operands become fp16 (the exact value of each fp8 byte, fn or fnuz) instead of fp8 bytes.
+template <bool kToHalf>
+__global__ void __launch_bounds__(kThreads) prepare_kernel(const PrepareArgs args) {
+  __shared__ __align__(16) uint8_t smem[kTileRows * kGenericPitch];
+  int tile = blockIdx.x;
+  int op = 0;
+  while (op < args.n_ops && tile >= args.op[op].tiles) tile -= args.op[op++].tiles;
+  if (op < args.n_ops) {
+    const OperandJob& job = args.op[op];
+    const int64_t r0 = int64_t(tile / job.tiles_k) * kTileRows, k0 = int64_t(tile % job.tiles_k) * kTileK;
+    const bool fnuz = args.fnuz != 0;
+    bool special;
+    if (!kToHalf && rows_contiguous_vec(job))
+      special = transpose_tile_vec(job, r0, k0, args.k, args.k_pad, fnuz, reinterpret_cast<uint32_t*>(smem));
+    else if (!kToHalf && k_contiguous_vec(job))
+      special = copy_tile_kmajor_vec(job, r0, k0, args.k, args.k_pad, fnuz);
+    else
+      special = convert_tile_generic<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz, smem);
+    if (!kToHalf && fnuz) {
+      if (__syncthreads_or(special) && threadIdx.x == 0) atomicOr(args.flag, 1);
+    }
+    return;
+  }
+  // Scale copies, grid-stride over the scale CTAs, walking each destination contiguously.
+  const int64_t first = int64_t(tile) * kThreads + threadIdx.x, step = int64_t(args.scale_ctas) * kThreads;
+  for (int s = 0; s < args.n_scales; ++s) {
+    const ScaleJob& j = args.scale[s];
+    const int64_t total = j.rows_pad * j.cols;
+    for (int64_t i = first; i < total; i += step) {
+      int64_t r, c;
+      if (j.dst_col_major) { r = i % j.rows_pad; c = i / j.rows_pad; }
+      else { c = i % j.cols; r = i / j.cols; }
+      const float v = r < j.rows ? j.src[r * j.s_r + c * j.s_c] : 0.0f;
+      j.dst[i] = v;  // i == c * rows_pad + r (column-major) or r * cols + c (row-major)
+    }
+  }
+}
+
+}  // namespace fp8gemm::cuda::prep
