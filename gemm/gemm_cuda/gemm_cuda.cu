@@ -454,7 +454,8 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   prep::PrepareArgs prep_args;
   prep_args.k = p.k;
   prep_args.k_pad = pl.k_kernel;
-  prep_args.fnuz = pl.fnuz;  // the fp16 path decodes fnuz exactly instead
+  // fnuz source bytes: mapped to fn bytes (fp8 path, pl.fnuz) or decoded exactly (fp16 path).
+  prep_args.fnuz = p.format == Fp8Format::kE4M3FNUZ;
   prep_args.flag = flag;
   int prep_ctas = 0;
   auto add_operand = [&](const uint8_t* src, int64_t rows, int64_t s_row, int64_t s_k, size_t off) {

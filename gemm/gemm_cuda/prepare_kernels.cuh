@@ -7,7 +7,8 @@
 // is 128 rows x 128 K columns. Tiles of a source that is contiguous along rows with a 16-byte aligned
 // base and K stride take the vectorised transpose (16-byte loads and stores, a 4x4 byte transpose in
 // registers, an XOR-swizzled shared tile without bank conflicts); K-contiguous aligned sources take
-// straight 16-byte copies; every other tile takes the generic byte path.
+// straight 16-byte copies; every other tile takes the generic byte path. The same paths write fp16
+// (the exact-accumulation variant's operands) instead of fp8 bytes.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -42,7 +43,8 @@ struct PrepareArgs {
   int n_scales = 0;
   int scale_ctas = 0;  // CTAs after the operand tiles that copy the scales (grid-stride)
   int64_t k = 0, k_pad = 0;
-  int fnuz = 0;         // e4m3fnuz input to e4m3fn bytes: 0x80 -> 0x7f, and raise *flag on +-240
+  int fnuz = 0;         // e4m3fnuz source: fp8 out maps it to e4m3fn bytes (0x80 -> 0x7f, *flag raised on
+                        // +-240); fp16 out decodes it exactly
   int* flag = nullptr;  // where fnuz +-240 is reported (0x7f / 0xff: not representable after the 2x reinterpretation)
 };
 
@@ -72,11 +74,42 @@ __device__ __forceinline__ uint32_t fnuz_word_to_fn(uint32_t v, bool& special) {
   return r;
 }
 
-// Vectorised transpose of one tile (fp8 out). Requires s_row == 1, s_k % 16 == 0 and a 16-byte aligned
+// Stores 16 consecutive K elements of one row, starting at kk (a multiple of 16): fp8 bytes (fnuz mapped
+// to fn), or their exact fp16 values. fp16 rows are padded to 8 elements only, so the second half of
+// a chunk may lie past k_pad.
+template <bool kToHalf>
+__device__ __forceinline__ void store_chunk16(void* dst, int64_t row, int64_t kk, int64_t k_pad, uint4 v, bool fnuz,
+                                              bool& special) {
+  if constexpr (!kToHalf) {
+    if (fnuz) {
+      v.x = fnuz_word_to_fn(v.x, special);
+      v.y = fnuz_word_to_fn(v.y, special);
+      v.z = fnuz_word_to_fn(v.z, special);
+      v.w = fnuz_word_to_fn(v.w, special);
+    }
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(dst) + row * k_pad + kk) = v;
+  } else {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t h[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const uint32_t pair = w[q / 2] >> (16 * (q % 2));
+      const uint32_t lo = __half_as_ushort(__float2half_rn(decode_fp8(uint8_t(pair), fnuz)));
+      const uint32_t hi = __half_as_ushort(__float2half_rn(decode_fp8(uint8_t(pair >> 8), fnuz)));
+      h[q] = lo | (hi << 16);  // exact: every fp8 value is an fp16 value
+    }
+    uint4* d = reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst) + row * k_pad + kk);
+    d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    if (kk + 8 < k_pad) d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+  }
+}
+
+// Vectorised transpose of one tile. Requires s_row == 1, s_k % 16 == 0 and a 16-byte aligned
 // src. Thread t loads 16 consecutive rows (one uint4) of 4 consecutive K columns, transposes the four
 // 4x4 byte blocks with byte permutes and stores 16 words (row, 4 K bytes) into the shared tile. The
 // tile's word column is XOR-swizzled by the row's 16-row chunk, so both the word stores and the
 // later 16-byte row reads are free of bank conflicts.
+template <bool kToHalf>
 __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k, int64_t k_pad,
                                                    bool fnuz, uint32_t* tile /* [kTileRows][kTileK / 4] */) {
   const int t = threadIdx.x;
@@ -117,32 +150,26 @@ __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_
   }
   __syncthreads();
   bool special = false;
-  uint8_t* dst = static_cast<uint8_t*>(job.dst);
-  // 16-byte stores along K: 8 threads per row, 32 rows per pass.
+  // 16 K elements per store: 8 threads per row, 32 rows per pass.
 #pragma unroll
   for (int it = 0; it < kTileRows * (kTileK / 16) / kThreads; ++it) {
     const int i = t + it * kThreads;
     const int c = i & 7, r = i >> 3;
     const int64_t kk = k0 + 16 * c;
     if (r0 + r >= job.rows || kk >= k_pad) continue;
-    uint4 v = *reinterpret_cast<const uint4*>(tile + r * (kTileK / 4) + 4 * (c ^ ((r >> 4) & 7)));
-    if (fnuz) {
-      v.x = fnuz_word_to_fn(v.x, special);
-      v.y = fnuz_word_to_fn(v.y, special);
-      v.z = fnuz_word_to_fn(v.z, special);
-      v.w = fnuz_word_to_fn(v.w, special);
-    }
-    *reinterpret_cast<uint4*>(dst + (r0 + r) * k_pad + kk) = v;
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + r * (kTileK / 4) + 4 * (c ^ ((r >> 4) & 7)));
+    store_chunk16<kToHalf>(job.dst, r0 + r, kk, k_pad, v, fnuz, special);
   }
   return special;
 }
 
 // K-contiguous source (s_k == 1, s_row % 16 == 0, 16-byte aligned) that still needs a pass (e4m3fnuz,
-// or K not a multiple of 16): straight 16-byte copies, no shared memory; bytes for a last partial chunk.
+// K not a multiple of 16, fp16 out): straight 16-element copies, no shared memory; bytes for a last
+// partial chunk.
+template <bool kToHalf>
 __device__ __forceinline__ bool copy_tile_kmajor_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k,
                                                      int64_t k_pad, bool fnuz) {
   bool special = false;
-  uint8_t* dst = static_cast<uint8_t*>(job.dst);
 #pragma unroll
   for (int it = 0; it < kTileRows * (kTileK / 16) / kThreads; ++it) {
     const int i = threadIdx.x + it * kThreads;
@@ -161,18 +188,12 @@ __device__ __forceinline__ bool copy_tile_kmajor_vec(const OperandJob& job, int6
       }
       v = make_uint4(b[0], b[1], b[2], b[3]);
     }
-    if (fnuz) {
-      v.x = fnuz_word_to_fn(v.x, special);
-      v.y = fnuz_word_to_fn(v.y, special);
-      v.z = fnuz_word_to_fn(v.z, special);
-      v.w = fnuz_word_to_fn(v.w, special);
-    }
-    *reinterpret_cast<uint4*>(dst + (r0 + r) * k_pad + kk) = v;
+    store_chunk16<kToHalf>(job.dst, r0 + r, kk, k_pad, v, fnuz, special);
   }
   return special;
 }
 
-// Any strides, fp8 or fp16 out: bytes in through a padded shared tile, 4 K elements per store.
+// Any other strides: bytes in through a padded shared tile, 4 K elements per store.
 template <bool kToHalf>
 __device__ __forceinline__ bool convert_tile_generic(const OperandJob& job, int64_t r0, int64_t k0, int64_t k,
                                                      int64_t k_pad, bool fnuz, uint8_t* tile /* [kTileRows][kGenericPitch] */) {
@@ -234,10 +255,10 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(const PrepareArgs arg
     const int64_t r0 = int64_t(tile / job.tiles_k) * kTileRows, k0 = int64_t(tile % job.tiles_k) * kTileK;
     const bool fnuz = args.fnuz != 0;
     bool special;
-    if (!kToHalf && rows_contiguous_vec(job))
-      special = transpose_tile_vec(job, r0, k0, args.k, args.k_pad, fnuz, reinterpret_cast<uint32_t*>(smem));
-    else if (!kToHalf && k_contiguous_vec(job))
-      special = copy_tile_kmajor_vec(job, r0, k0, args.k, args.k_pad, fnuz);
+    if (rows_contiguous_vec(job))
+      special = transpose_tile_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz, reinterpret_cast<uint32_t*>(smem));
+    else if (k_contiguous_vec(job))
+      special = copy_tile_kmajor_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz);
     else
       special = convert_tile_generic<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz, smem);
     if (!kToHalf && fnuz) {
