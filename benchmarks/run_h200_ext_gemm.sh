@@ -3,7 +3,7 @@
 # test suites (test_gemm_cuda.py incl. every hand-written kernel forced through GEMM_CUDA_CONFIG, and
 # test_gemm_errors.py), then benchmarks/gemm_h200.py through the extension (benchmark of the dispatch
 # table + correctness suite) into OUT_DIR/res, then compute-sanitizer memcheck on the hand-written kernels'
-# split paths if time is left. Carry .carry/cutlass (CUTLASS 4.2 headers).
+# split paths and on the preparation pass if time is left. Carry .carry/cutlass (CUTLASS 4.2 headers).
 # Usage on the GPU machine: benchmarks/run_h200_ext_gemm.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +26,15 @@ left=$((585 - SECONDS))
 timeout $left compute-sanitizer --tool memcheck --leak-check no python3 -m pytest gemm/tests/test_gemm_cuda.py -q \
   -p no:cacheprovider -k "test_hand_written_kernels and 6144x576x1536 and (streamk or splitk2)" > "$out/sanitizer.log" 2>&1
 since "compute-sanitizer rc=$?: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries, $(grep -c 'ERROR SUMMARY: [1-9]' "$out/sanitizer.log") with errors; $(tail -1 "$out/sanitizer.log" | cut -c1-120)"
+# The same on the preparation pass (prepare_kernels.cuh: every transpose / copy path, edge tiles, padded
+# leading dimensions), then racecheck on its shared-memory tiles.
+left=$((585 - SECONDS))
+[ $left -gt 60 ] || { since "no time left for compute-sanitizer on the preparation pass"; exit 0; }
+timeout $left compute-sanitizer --tool memcheck --leak-check no python3 -m pytest gemm/tests/test_gemm_cuda.py -q \
+  -p no:cacheprovider -k "test_preparation_pass_is_exact" > "$out/sanitizer_prepare.log" 2>&1
+since "compute-sanitizer (preparation pass) rc=$?: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer_prepare.log") clean summaries, $(grep -c 'ERROR SUMMARY: [1-9]' "$out/sanitizer_prepare.log") with errors; $(tail -1 "$out/sanitizer_prepare.log" | cut -c1-120)"
+left=$((585 - SECONDS))
+[ $left -gt 30 ] || { since "no time left for racecheck"; exit 0; }
+timeout $left compute-sanitizer --tool racecheck python3 -m pytest gemm/tests/test_gemm_cuda.py -q -p no:cacheprovider \
+  -k "test_preparation_pass_is_exact and 257x1000 and fp8" > "$out/racecheck_prepare.log" 2>&1
+since "racecheck (preparation pass) rc=$?: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/racecheck_prepare.log") clean summaries, $(grep -c 'ERROR SUMMARY: [1-9]' "$out/racecheck_prepare.log") with errors; $(tail -1 "$out/racecheck_prepare.log" | cut -c1-120)"
