@@ -129,16 +129,30 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     c.split = (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel;
     return c;
   }
-  if (p.m <= 64) {
-    // Decode-sized M: swap AB so the caller's N fills the 128-row MMA side.
-    c.variant = SV::kSwap128x64StreamK;
-    const int64_t swap_tiles = ceil_div(p.n, 128) * ceil_div(p.m, 64);
-    if (swap_tiles * 2 <= sms && kb >= 8) {
-      c.split = SS::kSplitK;
-      c.splits = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(sms / swap_tiles, kb / 4)));
-      if (c.splits == 1) c.split = SS::kDataParallel;
-    } else if (swap_tiles < sms * 4 && kb >= 8) {
-      c.split = SS::kStreamK;
+  if (p.m <= 128) {
+    // Decode and small-batch M (session 7, benchmarks/results/gemm_h200_compare/ c16: DeepGEMM's M = 64 and
+    // 128 shapes, where this picks the measured winner among 15 configurations on all 12). These are
+    // bound by reading B, so what counts is how many SMs stream it: one tile row of the hand-written
+    // 64x128 (M <= 64) or 128x64 (M <= 128) kernel; with a long K and too few tiles to keep a quarter
+    // (half) of the SMs busy, the K range is split: split-K 4 for 64x128 (17 tiles: 16.2 us against 20.2
+    // data-parallel on 64x2112x7168), stream-K for 128x64 (33 tiles: 16.4 against 19.8; 64 tiles: 20.7
+    // against 21.7). With more tiles, data-parallel (56 tiles at K = 16384: 45.1 us, stream-K 46.8).
+    // K <= 512: ping-pong 64x128 (within 1-5 % of the others, torch 2-5 % ahead).
+    const bool m64 = p.m <= 64;
+    const int64_t row_tiles = m64 ? ceil_div(p.n, 128) : ceil_div(p.n, 64);
+    c.max_swizzle = 8;
+    if (kb <= 4) {
+      c.variant = SV::kPingpong64x128;
+      c.max_swizzle = 1;
+    } else if (m64) {
+      c.variant = SV::kHand64x128Db;
+      if (kb >= 32 && row_tiles * 4 <= sms) {
+        c.split = SS::kSplitK;
+        c.splits = 4;
+      }
+    } else {
+      c.variant = SV::kHand128x64Db;
+      if (kb >= 32 && row_tiles * 2 <= sms) c.split = SS::kStreamK;
     }
     return c;
   }
@@ -160,10 +174,16 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const double work192 = 3.0 * static_cast<double>(ceil_div(tiles192, sms));
   double work128 = 2.0 * static_cast<double>(ceil_div(tiles, sms));
   if (stream_k_128) work128 = std::min(work128, 2.0 * waves + 0.5);
-  // Where 128x128 needs stream-K to come out ahead, 192x128 data-parallel also takes up to 2 % more
-  // estimated work: 6144x4608x7168 is 27 against 26.7 slices, and 192x128 tied under do_bench and was
-  // 3 % faster under sustained load (gemm_h200_clocks_session6/).
-  const bool near_tie_with_stream_k = stream_k_128 && work192 > work128 && work192 <= 1.02 * work128;
+  // Where 128x128 needs stream-K to come out ahead, 192x128 data-parallel also takes up to 4 % more
+  // estimated work (the estimate leaves out stream-K's hand-over): 6144x4608x7168 is 27 against 26.7
+  // slices, and 192x128 tied under do_bench and was 3 % faster under sustained load
+  // (gemm_h200_clocks_session6/); 4096x2112x7168 is 9 against 8.74, and 192x128 took 107.7 us against
+  // 111.6 (ours) and 120.2 (CUTLASS) for 128x128 stream-K (compare c16).
+  const bool near_tie_with_stream_k = stream_k_128 && work192 > work128 && work192 <= 1.04 * work128;
+  // Short K (<= 12 blocks): per-tile prologue and epilogue weigh more, and 192x128 amortises them over
+  // 1.5x the rows; it also wins with up to 3 % more estimated work (c16: 4096x32768x512, 129 against 126
+  // slices, 148.3 against 162.3 us; 4096x24576x1536, 96 against 94, 286.6 against 297.2 us).
+  const bool short_k_near_tie = kb <= 12 && work192 > work128 && work192 <= 1.03 * work128;
   // 192x144 (same kernel, 144 columns): in the same units a tile is 3 x 144 / 128 = 3.375 slices. Taken
   // only for a long K and when it saves at least 10 % of the per-CTA work against both others; e.g.
   // 6144x576: 128 tiles (one wave) = 3.375, against 4 (128x128: 240 tiles, two waves) and 6 (192x128).
@@ -172,7 +192,7 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   if (kb >= 16 && work144 < 0.9 * std::min(work128, work192)) {
     c.variant = SV::kHand192x144;
     c.max_swizzle = 8;
-  } else if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k) {
+  } else if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k || short_k_near_tie) {
     c.variant = SV::kHand192x128;
     c.max_swizzle = work192 == work128 ? 4 : 8;
   } else if (kb <= 4 && tiles >= sms * 2) {

@@ -85,7 +85,7 @@ void generic_rule_matches_table_on(Sm90Variant v, const char* tile, int expected
   report(check, err);
 }
 
-// Shapes off the table: decode-sized M swaps AB; short-K tall shapes take 192x128 when its waves leave
+// Shapes off the table: decode-sized M takes the 64-row tile; short-K tall shapes take 192x128 when its waves leave
 // each CTA no more work; a shape that is one wave of 128x128 tiles does not.
 void generic_rule_examples() {
   std::string err;
@@ -94,7 +94,7 @@ void generic_rule_examples() {
       err += std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " took variant " +
              std::to_string(static_cast<int>(fp8gemm::cuda::choose_generic_config(problem(m, n, k)).variant)) + "; ";
   };
-  expect(7, 4096, 7168, Sm90Variant::kSwap128x64StreamK);
+  expect(7, 4096, 7168, Sm90Variant::kHand64x128Db);
   // 48 x 56 tiles of 128x128 = 21 waves (42 row-slices per CTA), 32 x 56 of 192x128 = 14 waves (42),
   // K short: 192x128. At M = 6000 the 128x128 tiles need only 20 waves (40) and win.
   expect(6100, 7100, 300, Sm90Variant::kHand192x128);
@@ -109,6 +109,46 @@ void generic_rule_examples() {
   expect(6144, 576, 1920, Sm90Variant::kHand128x128Db);
   expect(6144, 512, 7168, Sm90Variant::kHand192x128);
   report("generic_rule_examples", err);
+}
+
+// DeepGEMM's test shapes (off the table): the generic rule picks the configuration that was fastest in
+// the same-run comparison c16 (benchmarks/results/gemm_h200_compare/), for the variant and its split.
+void generic_rule_on_deepgemm_shapes() {
+  using SV = Sm90Variant;
+  using SS = fp8gemm::cuda::Sm90Split;
+  struct Case {
+    int64_t m, n, k;
+    SV v;
+    SS split;
+    int splits;
+  };
+  const Case cases[] = {
+      {64, 2112, 7168, SV::kHand64x128Db, SS::kSplitK, 4},   {64, 24576, 1536, SV::kHand64x128Db, SS::kDataParallel, 1},
+      {64, 32768, 512, SV::kPingpong64x128, SS::kDataParallel, 1},
+      {64, 7168, 16384, SV::kHand64x128Db, SS::kDataParallel, 1},
+      {64, 4096, 7168, SV::kHand64x128Db, SS::kSplitK, 4},   {64, 7168, 2048, SV::kHand64x128Db, SS::kDataParallel, 1},
+      {128, 2112, 7168, SV::kHand128x64Db, SS::kStreamK, 1}, {128, 24576, 1536, SV::kHand128x64Db, SS::kDataParallel, 1},
+      {128, 32768, 512, SV::kPingpong64x128, SS::kDataParallel, 1},
+      {128, 7168, 16384, SV::kHand128x64Db, SS::kDataParallel, 1},
+      {128, 4096, 7168, SV::kHand128x64Db, SS::kStreamK, 1}, {128, 7168, 2048, SV::kHand128x64Db, SS::kDataParallel, 1},
+      {4096, 2112, 7168, SV::kHand192x128, SS::kDataParallel, 1},
+      {4096, 24576, 1536, SV::kHand192x128, SS::kDataParallel, 1},
+      {4096, 32768, 512, SV::kHand192x128, SS::kDataParallel, 1},
+      {4096, 4096, 7168, SV::kHand128x128Db, SS::kDataParallel, 1},
+      {4096, 7168, 2048, SV::kHand128x128Db, SS::kDataParallel, 1},
+  };
+  std::string err;
+  for (const Case& c : cases) {
+    const fp8gemm::cuda::Sm90Config got = fp8gemm::cuda::choose_generic_config(problem(c.m, c.n, c.k));
+    const int splits = got.split == SS::kSplitK ? got.splits : 1;
+    if (got.variant != c.v || got.split != c.split || splits != c.splits)
+      err += name({c.m, c.n, c.k}) + " took variant " + std::to_string(static_cast<int>(got.variant)) + " split " +
+             std::to_string(static_cast<int>(got.split)) + "x" + std::to_string(splits) + "; ";
+  }
+  // 4096x7168x16384: 128x128 stream-K (the dispatch was the fastest configuration there).
+  const fp8gemm::cuda::Sm90Config big = fp8gemm::cuda::choose_generic_config(problem(4096, 7168, 16384));
+  if (big.split != SS::kStreamK || big.variant == SV::kHand192x128) err += "4096x7168x16384 not 128x128 stream-K; ";
+  report("generic_rule_on_deepgemm_shapes", err);
 }
 
 // split_k_tail_splits: the plan's invariants over a grid, and the benchmark cases it was measured on.
@@ -149,6 +189,7 @@ int main() {
   generic_rule_matches_table_on(Sm90Variant::kHand192x128, "192x128", 8, "generic_rule_matches_table_on_192x128");
   generic_rule_matches_table_on(Sm90Variant::kHand192x144, "192x144", 1, "generic_rule_matches_table_on_192x144");
   generic_rule_examples();
+  generic_rule_on_deepgemm_shapes();
   split_k_tail();
   return failures;
 }

@@ -14,7 +14,7 @@ from selftest_lines import assert_check_passed, assert_ran_exactly
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEMM = os.path.dirname(HERE)
 CHECKS = ["generic_rule_matches_table_on_192x128", "generic_rule_matches_table_on_192x144", "generic_rule_examples",
-          "split_k_tail"]
+          "generic_rule_on_deepgemm_shapes", "split_k_tail"]
 
 
 def _nvcc():
