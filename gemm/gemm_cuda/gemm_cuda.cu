@@ -130,14 +130,16 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     return c;
   }
   if (p.m <= 128) {
-    // Decode and small-batch M (session 7, benchmarks/results/gemm_h200_compare/ c16: DeepGEMM's M = 64 and
-    // 128 shapes, where this picks the measured winner among 15 configurations on all 12). These are
+    // Decode and small-batch M (session 7, benchmarks/results/gemm_h200_compare/ c16-c18: DeepGEMM's M = 64
+    // and 128 shapes, M = 1 / 16 / 32, short-K and few-tile cases; 9-16 configurations each). These are
     // bound by reading B, so what counts is how many SMs stream it: one tile row of the hand-written
-    // 64x128 (M <= 64) or 128x64 (M <= 128) kernel; with a long K and too few tiles to keep a quarter
-    // (half) of the SMs busy, the K range is split: split-K 4 for 64x128 (17 tiles: 16.2 us against 20.2
-    // data-parallel on 64x2112x7168), stream-K for 128x64 (33 tiles: 16.4 against 19.8; 64 tiles: 20.7
-    // against 21.7). With more tiles, data-parallel (56 tiles at K = 16384: 45.1 us, stream-K 46.8).
-    // K <= 512: ping-pong 64x128 (within 1-5 % of the others, torch 2-5 % ahead).
+    // 64x128 (M <= 64) or 128x64 (M <= 128) kernel, which beat CUTLASS's swap-AB 128x64 (the previous
+    // rule for M <= 64) on every such shape. With a long K and too few tiles to keep a quarter (half) of
+    // the SMs busy, the K range is split: split-K 4 for 64x128 from 32 K blocks (17 tiles: 16.2 us against
+    // 20.2 data-parallel on 64x2112x7168), stream-K for 128x64 from 48 (33 tiles at K = 7168: 16.4
+    // against 19.8; but 24 tiles at K = 4096: 15.1 against 13.3 data-parallel). With more tiles,
+    // data-parallel (56 tiles at K = 16384: 45.1 us, stream-K 46.8). K <= 512: ping-pong 64x128 (all
+    // configurations within about 5 % there, torch as well).
     const bool m64 = p.m <= 64;
     const int64_t row_tiles = m64 ? ceil_div(p.n, 128) : ceil_div(p.n, 64);
     c.max_swizzle = 8;
@@ -152,7 +154,7 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
       }
     } else {
       c.variant = SV::kHand128x64Db;
-      if (kb >= 32 && row_tiles * 2 <= sms) c.split = SS::kStreamK;
+      if (kb >= 48 && row_tiles * 2 <= sms) c.split = SS::kStreamK;
     }
     return c;
   }

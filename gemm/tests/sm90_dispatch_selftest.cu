@@ -111,8 +111,9 @@ void generic_rule_examples() {
   report("generic_rule_examples", err);
 }
 
-// DeepGEMM's test shapes (off the table): the generic rule picks the configuration that was fastest in
-// the same-run comparison c16 (benchmarks/results/gemm_h200_compare/), for the variant and its split.
+// DeepGEMM's test shapes and other small-M shapes (off the table): the generic rule picks the
+// configuration that was fastest, or within the run's noise of it, in the same-run comparisons c16-c18
+// (benchmarks/results/gemm_h200_compare/), for the variant and its split.
 void generic_rule_on_deepgemm_shapes() {
   using SV = Sm90Variant;
   using SS = fp8gemm::cuda::Sm90Split;
@@ -131,6 +132,12 @@ void generic_rule_on_deepgemm_shapes() {
       {128, 32768, 512, SV::kPingpong64x128, SS::kDataParallel, 1},
       {128, 7168, 16384, SV::kHand128x64Db, SS::kDataParallel, 1},
       {128, 4096, 7168, SV::kHand128x64Db, SS::kStreamK, 1}, {128, 7168, 2048, SV::kHand128x64Db, SS::kDataParallel, 1},
+      // c18: few tiles and K = 4096 / 2048; M = 1 / 16 / 32 (the 64-row tile, split-K 4 from 32 K blocks).
+      {64, 1024, 4096, SV::kHand64x128Db, SS::kSplitK, 4},   {128, 1536, 4096, SV::kHand128x64Db, SS::kDataParallel, 1},
+      {64, 2112, 2048, SV::kHand64x128Db, SS::kDataParallel, 1},
+      {128, 2112, 2048, SV::kHand128x64Db, SS::kDataParallel, 1},
+      {1, 2112, 7168, SV::kHand64x128Db, SS::kSplitK, 4},    {16, 7168, 2048, SV::kHand64x128Db, SS::kDataParallel, 1},
+      {32, 4096, 7168, SV::kHand64x128Db, SS::kSplitK, 4},
       {4096, 2112, 7168, SV::kHand192x128, SS::kDataParallel, 1},
       {4096, 24576, 1536, SV::kHand192x128, SS::kDataParallel, 1},
       {4096, 32768, 512, SV::kHand192x128, SS::kDataParallel, 1},

@@ -9,7 +9,6 @@ with kernelize. Needs the monorepo's tools/ (skipped in a standalone copy of the
 
 import importlib.util
 import json
-import math
 import os
 import re
 import shutil
