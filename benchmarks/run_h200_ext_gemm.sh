@@ -37,4 +37,4 @@ left=$((585 - SECONDS))
 [ $left -gt 30 ] || { since "no time left for racecheck"; exit 0; }
 timeout $left compute-sanitizer --tool racecheck python3 -m pytest gemm/tests/test_gemm_cuda.py -q -p no:cacheprovider \
   -k "test_preparation_pass_is_exact and 257x1000 and fp8" > "$out/racecheck_prepare.log" 2>&1
-since "racecheck (preparation pass) rc=$?: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/racecheck_prepare.log") clean summaries, $(grep -c 'ERROR SUMMARY: [1-9]' "$out/racecheck_prepare.log") with errors; $(tail -1 "$out/racecheck_prepare.log" | cut -c1-120)"
+since "racecheck (preparation pass) rc=$?: $(grep -c 'RACECHECK SUMMARY: 0 hazards' "$out/racecheck_prepare.log") clean summaries, $(grep -c 'RACECHECK SUMMARY: [1-9]' "$out/racecheck_prepare.log") with hazards; $(tail -1 "$out/racecheck_prepare.log" | cut -c1-120)"
