@@ -169,26 +169,36 @@ __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_
 template <bool kToHalf>
 __device__ __forceinline__ bool copy_tile_kmajor_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k,
                                                      int64_t k_pad, bool fnuz) {
-  bool special = false;
+  // All of a thread's loads are issued before its first store (the stores may alias the source as far
+  // as the compiler knows, so it would not hoist them): one round trip to memory instead of four.
+  constexpr int kIters = kTileRows * (kTileK / 16) / kThreads;
+  uint4 v[kIters];
 #pragma unroll
-  for (int it = 0; it < kTileRows * (kTileK / 16) / kThreads; ++it) {
+  for (int it = 0; it < kIters; ++it) {
     const int i = threadIdx.x + it * kThreads;
     const int c = i & 7, r = i >> 3;
     const int64_t kk = k0 + 16 * c;
+    v[it] = make_uint4(0, 0, 0, 0);
     if (r0 + r >= job.rows || kk >= k_pad) continue;
     const uint8_t* p = job.src + (r0 + r) * job.s_row + kk;
-    uint4 v;
     if (kk + 16 <= k) {
-      v = __ldg(reinterpret_cast<const uint4*>(p));
+      v[it] = __ldg(reinterpret_cast<const uint4*>(p));
     } else {
       uint32_t b[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         if (kk + j < k) b[j / 4] |= uint32_t(__ldg(p + j)) << (8 * (j % 4));
       }
-      v = make_uint4(b[0], b[1], b[2], b[3]);
+      v[it] = make_uint4(b[0], b[1], b[2], b[3]);
     }
-    store_chunk16<kToHalf>(job.dst, r0 + r, kk, k_pad, v, fnuz, special);
+  }
+  bool special = false;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = threadIdx.x + it * kThreads;
+    const int c = i & 7, r = i >> 3;
+    const int64_t kk = k0 + 16 * c;
+    if (r0 + r < job.rows && kk < k_pad) store_chunk16<kToHalf>(job.dst, r0 + r, kk, k_pad, v[it], fnuz, special);
   }
   return special;
 }
@@ -244,8 +254,10 @@ __device__ __forceinline__ bool k_contiguous_vec(const OperandJob& j) {
 }
 
 // kToHalf: operands become fp16 (the exact value of each fp8 byte, fn or fnuz) instead of fp8 bytes.
+// fp8 out: at least 6 CTAs (1536 threads) per SM, registers capped at 40 (the session-6 passes used 38);
+// fp16 out needs 47 without spilling: 5 CTAs.
 template <bool kToHalf>
-__global__ void __launch_bounds__(kThreads) prepare_kernel(const PrepareArgs args) {
+__global__ void __launch_bounds__(kThreads, kToHalf ? 5 : 6) prepare_kernel(const PrepareArgs args) {
   __shared__ __align__(16) uint8_t smem[kTileRows * kGenericPitch];
   int tile = blockIdx.x;
   int op = 0;
