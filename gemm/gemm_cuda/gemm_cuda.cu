@@ -139,7 +139,7 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     // 20.2 data-parallel on 64x2112x7168), stream-K for 128x64 from 48 (33 tiles at K = 7168: 16.4
     // against 19.8; but 24 tiles at K = 4096: 15.1 against 13.3 data-parallel). With more tiles,
     // data-parallel (56 tiles at K = 16384: 45.1 us, stream-K 46.8). K <= 512: ping-pong 64x128 (all
-    // configurations within about 5 % there, torch as well).
+    // configurations within about 10 % there, torch as well).
     const bool m64 = p.m <= 64;
     const int64_t row_tiles = m64 ? ceil_div(p.n, 128) : ceil_div(p.n, 64);
     c.max_swizzle = 8;
