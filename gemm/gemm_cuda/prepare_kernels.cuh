@@ -4,11 +4,12 @@
 // into the layouts the kernels read. Knows nothing of torch: raw pointers, sizes, strides.
 //
 // Work is a flat list of CTAs: [operand 0 tiles][operand 1 tiles][scale-copy CTAs]. An operand tile
-// is 128 rows x 128 K columns. Tiles of a source that is contiguous along rows with a 16-byte aligned
-// base and K stride take the vectorised transpose (16-byte loads and stores, a 4x4 byte transpose in
-// registers, an XOR-swizzled shared tile without bank conflicts); K-contiguous aligned sources take
-// straight 16-byte copies; every other tile takes the generic byte path. The same paths write fp16
-// (the exact-accumulation variant's operands) instead of fp8 bytes.
+// is 128 rows x 128 K columns. Tiles of a source that is contiguous along rows with a 4-byte aligned
+// base and K stride take the vectorised transpose (16-byte loads where the source is 16-byte aligned,
+// a 4x4 byte transpose in registers, an XOR-swizzled shared tile without bank conflicts, 16-byte
+// stores); K-contiguous sources with 16-byte aligned rows take straight 16-byte copies; every other
+// tile takes the generic byte path. The same paths write fp16 (the exact-accumulation variant's
+// operands) instead of fp8 bytes.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -104,14 +105,15 @@ __device__ __forceinline__ void store_chunk16(void* dst, int64_t row, int64_t kk
   }
 }
 
-// Vectorised transpose of one tile. Requires s_row == 1, s_k % 16 == 0 and a 16-byte aligned
-// src. Thread t loads 16 consecutive rows (one uint4) of 4 consecutive K columns, transposes the four
+// Vectorised transpose of one tile. Requires s_row == 1, s_k % 4 == 0 and a 4-byte aligned src
+// (16 and 16 for single 16-byte loads: `load16`; four 4-byte loads otherwise, e.g. the challenge layout
+// with M % 16 != 0). Thread t loads 16 consecutive rows of 4 consecutive K columns, transposes the four
 // 4x4 byte blocks with byte permutes and stores 16 words (row, 4 K bytes) into the shared tile. The
 // tile's word column is XOR-swizzled by the row's 16-row chunk, so both the word stores and the
 // later 16-byte row reads are free of bank conflicts.
 template <bool kToHalf>
 __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k, int64_t k_pad,
-                                                   bool fnuz, uint32_t* tile /* [kTileRows][kTileK / 4] */) {
+                                                   bool fnuz, bool load16, uint32_t* tile /* [kTileRows][kTileK / 4] */) {
   const int t = threadIdx.x;
   const int chunk = t & 7;   // 16-row chunk of the tile
   const int kquad = t >> 3;  // 4-column group of the tile, 0..31
@@ -124,8 +126,11 @@ __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_
     uint4 v = make_uint4(0, 0, 0, 0);
     if (col < k && row < job.rows) {
       const uint8_t* p = job.src + row + col * job.s_k;
-      if (full_chunk) {
+      if (full_chunk && load16) {
         v = __ldg(reinterpret_cast<const uint4*>(p));
+      } else if (full_chunk) {
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(p);
+        v = make_uint4(__ldg(q), __ldg(q + 1), __ldg(q + 2), __ldg(q + 3));
       } else {  // the last rows of the operand: bytes, zero past its end
         uint32_t b[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -246,8 +251,9 @@ __device__ __forceinline__ bool convert_tile_generic(const OperandJob& job, int6
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__device__ __forceinline__ bool aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
 __device__ __forceinline__ bool rows_contiguous_vec(const OperandJob& j) {
-  return j.s_row == 1 && j.s_k % 16 == 0 && aligned16(j.src);
+  return j.s_row == 1 && j.s_k % 4 == 0 && aligned4(j.src);
 }
 __device__ __forceinline__ bool k_contiguous_vec(const OperandJob& j) {
   return j.s_k == 1 && j.s_row % 16 == 0 && aligned16(j.src);
@@ -268,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, kToHalf ? 5 : 6) prepare_kernel(cons
     const bool fnuz = args.fnuz != 0;
     bool special;
     if (rows_contiguous_vec(job))
-      special = transpose_tile_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz, reinterpret_cast<uint32_t*>(smem));
+      special = transpose_tile_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz,
+                                            job.s_k % 16 == 0 && aligned16(job.src), reinterpret_cast<uint32_t*>(smem));
     else if (k_contiguous_vec(job))
       special = copy_tile_kmajor_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz);
     else

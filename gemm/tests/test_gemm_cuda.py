@@ -300,7 +300,7 @@ def _padded_operand(values, layout, pad, nan_byte):
 PERMUTATION_SHAPES = [(1, 16), (100, 208), (16, 264), (257, 1000), (144, 130), (33, 7)]
 
 
-@pytest.mark.parametrize("pad", [0, 16], ids=["ld16", "ld16+16"])
+@pytest.mark.parametrize("pad", [0, 4, 16], ids=["ld16", "ld16+4", "ld16+16"])
 @pytest.mark.parametrize("layout", ["mn_major", "k_major"])
 @pytest.mark.parametrize("dtype", [FN, FNUZ], ids=["fn", "fnuz"])
 @pytest.mark.parametrize("shape", PERMUTATION_SHAPES, ids=_shape_id)
@@ -308,8 +308,9 @@ def test_preparation_pass_is_exact(shape, dtype, layout, pad, accumulation):
     """The operand preparation (transpose / pad / fnuz conversion) checked bit for bit: with one operand
     a permutation matrix of ones and unit scales, each output is one fp8 value of the other operand
     times 1 (exact in fp32 and in bf16), so out must equal the permuted operand exactly. Operands are
-    views with a padded leading dimension filled with NaN bytes (16-byte aligned when possible: the
-    vectorised paths; K % 16 != 0: the padded-K path)."""
+    views with a padded leading dimension filled with NaN bytes: 16-byte aligned (the vectorised paths),
+    4-byte aligned (MN-major: the transpose with 4-byte loads; K-major: the generic path); K % 16 != 0:
+    the padded-K path."""
     rows, k = shape
     gen = torch.Generator(device="cuda").manual_seed(rows * 7 + k)
     nan_byte = 0x80 if dtype == FNUZ else 0x7F
