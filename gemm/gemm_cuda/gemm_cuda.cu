@@ -32,7 +32,7 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 constexpr size_t align256(size_t x) { return (x + 255) & ~size_t{255}; }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+using prep::aligned16;
 
 // ------------------------------------------------------------------------------------------------
 // Tuned configurations: the fastest correct configuration of each challenge benchmark shape in the

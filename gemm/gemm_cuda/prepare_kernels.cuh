@@ -250,7 +250,8 @@ __device__ __forceinline__ bool convert_tile_generic(const OperandJob& job, int6
   return special;
 }
 
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// Also used by the host-side launcher (gemm_cuda.cu) for its TMA alignment rules.
+__host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 __device__ __forceinline__ bool aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
 __device__ __forceinline__ bool rows_contiguous_vec(const OperandJob& j) {
   return j.s_row == 1 && j.s_k % 4 == 0 && aligned4(j.src);

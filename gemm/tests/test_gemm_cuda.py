@@ -320,7 +320,7 @@ def test_preparation_pass_is_exact(shape, dtype, layout, pad, accumulation):
     ones = torch.zeros((k, k), device="cuda")
     ones[torch.arange(k, device="cuda"), perm] = 1.0
     ones = ones.to(dtype)  # ones[i, perm[i]] = 1
-    kb, nbk = (k + 127) // 128, (k + 127) // 128
+    kb = (k + 127) // 128
     expected = vals.to(torch.float32)[:, perm]  # (rows, k)
     for side in ("a", "b"):
         op = _padded_operand(vals, layout, pad, nan_byte)
@@ -330,7 +330,7 @@ def test_preparation_pass_is_exact(shape, dtype, layout, pad, accumulation):
         else:  # out (k, rows)[m, n] = vals[n, perm[m]]
             a, b, m, n, want = other, op, k, rows, expected.T
         a_scale = torch.ones((m, kb), device="cuda")
-        b_scale = torch.ones(((n + 127) // 128, nbk), device="cuda")
+        b_scale = torch.ones(((n + 127) // 128, kb), device="cuda")
         out = poisoned_out(m, n, device="cuda")
         gemm.gemm(a, b, a_scale, b_scale, out=out)
         torch.cuda.synchronize()
