@@ -570,6 +570,49 @@ def compare(be, shapes, rounds, cand_fn=compare_candidates):
     return rows
 
 
+def ab_env(be, shapes, var, rounds):
+    """Same-run A/B of an environment switch of the backend (e.g. GEMM_CUDA_PDL): per shape, the calls that
+    take the preparation pass -- challenge-layout (MN-major) e4m3fn and K-major e4m3fnuz inputs -- are
+    checked once with var=1 and var=0 (NaN-poisoned output, fp8-path bound), then timed `rounds` times each,
+    alternating which goes first. Reports the medians and the median of the per-round ratios (0 / 1)."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(13)
+    rows = []
+    for (m, n, k) in shapes:
+        for label, layout, dtype in (("mn_fn", "mnmajor", FN), ("k_fnuz", "kmajor", FNUZ)):
+            inp = make_inputs(m, n, k, layout, dtype, gen)
+            ref = reference(inp)
+            res = {}
+            for val in ("1", "0"):
+                run, out = be.prepare(inp["a"], inp["b"], inp["a_scale"], inp["b_scale"])
+                with env_var(var, val):
+                    out.fill_(float("nan"))
+                    run()
+                    torch.cuda.synchronize()
+                    chk = check(out, ref)
+
+                def timed(run=run, val=val):
+                    with env_var(var, val):
+                        run()
+                res[val] = dict(ok=bool(chk["ok_fp8tc"]), rel_err=chk["rel_err"], fn=timed, us_rounds=[])
+            for rnd in range(rounds):
+                for val in (("1", "0") if rnd % 2 == 0 else ("0", "1")):
+                    res[val]["us_rounds"].append(bench_us(res[val]["fn"], rep_ms=40))
+            row = dict(m=m, n=n, k=k, input=label, var=var)
+            for val, r in res.items():
+                row[f"{var}={val}"] = dict(ok=r["ok"], rel_err=r["rel_err"], us=statistics.median(r["us_rounds"]),
+                                           us_rounds=r["us_rounds"])
+            row["ratio_0_over_1"] = statistics.median(
+                z / o for z, o in zip(res["0"]["us_rounds"], res["1"]["us_rounds"]))
+            print(f"ab {m}x{n}x{k} {label}: {var}=1 {row[f'{var}=1']['us']:.1f}us ok={res['1']['ok']} | "
+                  f"{var}=0 {row[f'{var}=0']['us']:.1f}us ok={res['0']['ok']} | 0/1 x{row['ratio_0_over_1']:.3f}",
+                  flush=True)
+            rows.append(row)
+            del inp, ref, res
+        torch.cuda.empty_cache()
+    return rows
+
+
 # The dense FP8 peak counts 8192 FLOP per SM per clock (4 tensor cores x 1024 e4m3 FMAs): 132 SMs at
 # 1830 MHz give the 1979 TFLOP/s of the datasheet. clocks() reports the peak at the clock it measures.
 FP8_FLOP_PER_SM_CLOCK = 8192
@@ -942,6 +985,8 @@ def main():
     ap.add_argument("--compare", action="store_true",
                     help="same-run comparison of candidate configurations per shape vs torch blockwise (--rounds)")
     ap.add_argument("--shapes", default="", help="--compare / --clocks: MxNxK,MxNxK,... (default: the 18 benchmark shapes)")
+    ap.add_argument("--ab-env", metavar="VAR", default="",
+                    help="same-run A/B of VAR=1 against VAR=0 on the inputs that take the preparation pass (--rounds, --shapes)")
     ap.add_argument("--clocks", action="store_true",
                     help="SM clock and power under back-to-back calls of ours / torch blockwise / per-tensor (--shapes)")
     ap.add_argument("--render", metavar="JSON",
@@ -979,6 +1024,12 @@ def main():
 
     t0 = time.time()
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",") if sh] or BENCH_SHAPES
+    if args.ab_env:
+        payload["ab"] = ab_env(be, shapes, args.ab_env, max(2, args.rounds))
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, "gemm_h200_ab.json"), "w") as f:
+            json.dump(payload, f, indent=1, default=str)
+        return 0
     if args.clocks or args.compare:
         if args.clocks:
             payload["clocks"] = clocks(be, shapes)

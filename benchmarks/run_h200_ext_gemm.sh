@@ -27,11 +27,12 @@ timeout $left compute-sanitizer --tool memcheck --leak-check no python3 -m pytes
   -p no:cacheprovider -k "test_hand_written_kernels and 6144x576x1536 and (streamk or splitk2)" > "$out/sanitizer.log" 2>&1
 since "compute-sanitizer rc=$?: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries, $(grep -c 'ERROR SUMMARY: [1-9]' "$out/sanitizer.log") with errors; $(tail -1 "$out/sanitizer.log" | cut -c1-120)"
 # The same on the preparation pass (prepare_kernels.cuh: every transpose / copy path, edge tiles, padded
-# leading dimensions), then racecheck on its shared-memory tiles.
+# leading dimensions; the two large shapes, which only change the rows per CTA, left out for time), then
+# racecheck on its shared-memory tiles.
 left=$((585 - SECONDS))
 [ $left -gt 60 ] || { since "no time left for compute-sanitizer on the preparation pass"; exit 0; }
 timeout $left compute-sanitizer --tool memcheck --leak-check no python3 -m pytest gemm/tests/test_gemm_cuda.py -q \
-  -p no:cacheprovider -k "test_preparation_pass_is_exact" > "$out/sanitizer_prepare.log" 2>&1
+  -p no:cacheprovider -k "test_preparation_pass_is_exact and not 2000x2048 and not 4000x4096" > "$out/sanitizer_prepare.log" 2>&1
 since "compute-sanitizer (preparation pass) rc=$?: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer_prepare.log") clean summaries, $(grep -c 'ERROR SUMMARY: [1-9]' "$out/sanitizer_prepare.log") with errors; $(tail -1 "$out/sanitizer_prepare.log" | cut -c1-120)"
 left=$((585 - SECONDS))
 [ $left -gt 30 ] || { since "no time left for racecheck"; exit 0; }

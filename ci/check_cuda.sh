@@ -4,7 +4,8 @@
 # warpgroup MMA (wgmma.mma_async) -- i.e. that nothing silently fell back to mma.sync/FFMA. The
 # hand-written kernels' PTX also goes through ptxas (sm_90a): it must not serialise the wgmmas
 # (warning C7514: a loop shape it cannot analyse makes it wait for each wgmma before the next) and
-# must not spill.
+# must not spill; so must the launcher's own kernels (gemm_cuda.cu: the preparation pass, whose
+# register caps come from its __launch_bounds__).
 # Needs nvcc and the CUTLASS headers of PyPI's nvidia-cutlass==4.2.0.0 (or $CUTLASS_INCLUDE_DIR).
 # On the H200 the SASS is checked too (QGMMA via cuobjdump, benchmarks/gemm_h200.py).
 set -euo pipefail
@@ -54,7 +55,7 @@ for f in "${srcs[@]}"; do
   fi
 done
 ptxas="$(dirname "$nvcc")/ptxas"
-hand=("$root"/gemm/gemm_cuda/sm90_hand*.cu)
+hand=("$root"/gemm/gemm_cuda/sm90_hand*.cu "$root"/gemm/gemm_cuda/gemm_cuda.cu)
 printf '%s\n' "${hand[@]}" | xargs -P "$jobs" -I{} sh -c \
   'b=$(basename "{}" .cu); "$0" -arch=sm_90a -v "'"$out"'/$b.ptx" -o "'"$out"'/$b.cubin" > "'"$out"'/$b.ptxas" 2>&1 || { echo "FAILED: ptxas $b"; cat "'"$out"'/$b.ptxas"; exit 255; }' \
   "$ptxas"

@@ -1,69 +1,109 @@
-// The preparation pass for the challenge (MN-major) layout, alone: the current single launch
-// (gemm/gemm_cuda/prepare_kernels.cuh) against the passes it replaced (session 6: one byte-transpose
-// launch per operand plus a scale-copy launch; extracted from git by build_probes.sh into
-// prep_old_kernels.cuh). For each of the 18 benchmark shapes: a (M, K) strides (1, M), b (N, K) strides
-// (1, N) -> K-major copies; b_scale (N/128, K/128) strides (1, N/128) -> K-contiguous. Checks the two
-// give the same bytes (fn, and fnuz with its NaN mapping and +-240 flag), then times both (median of
-// 20 launches, L2 flushed before each) and reports the new pass's traffic / time.
+// The preparation pass alone (gemm/gemm_cuda/prepare_kernels.cuh, one launch) against the passes it
+// replaced (session 6: one convert launch per operand, 128x64 tiles, plus a scale-copy launch; extracted
+// from git by build_probes.sh into prep_old_kernels.cuh), on the 18 benchmark shapes. Four sources:
+//   MN   challenge layout: a (M, K) strides (1, M), b (N, K) strides (1, N), fp8 e4m3fn out, with the
+//        b_scale copy -- the transpose path;
+//   KH   K-major (ld = K) -> fp16, the exact-accumulation variant's operands -- the K-contiguous copies;
+//   KF   K-major e4m3fnuz (ld = K) -> e4m3fn bytes -- the K-contiguous copies;
+//   K4   K-major e4m3fnuz with ld = K + 4 (rows only 4-byte aligned) -- the K-contiguous copies with
+//        4-byte loads (session 6: its word path).
+// The K-contiguous copies are timed at 128, 64 and 32 rows per CTA, and with the launcher's rule
+// (kmajor_copy_rows). Every new output is compared byte for byte (operands, scales, fnuz flag) with the
+// old one, for fn and fnuz sources where the mode allows; times are medians of 20 launches with the L2
+// flushed before each. GB/s = bytes read + written / the rule's (MN: the new) time.
 #include "probe_common.h"
 #include "prepare_kernels.cuh"
 #include "prep_old_kernels.cuh"
 
 #include <cstring>
+#include <string>
 
 namespace {
 using namespace fp8gemm::cuda;
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int kSms = 132;
 
 struct Case {
   int m, n, k;
 };
 
+enum class Mode { MN, KH, KF, K4 };
+const char* mode_name(Mode m) { return m == Mode::MN ? "MN" : m == Mode::KH ? "KH" : m == Mode::KF ? "KF" : "K4"; }
+
 struct Outputs {
-  uint8_t *a, *b;
+  uint8_t *a, *b;  // fp8 (1 byte) or fp16 (2 bytes) per element
   float* sfb;
   int* flag;
 };
 
-cudaError_t run_new(const probe::Buffers& B, const Case& c, const Outputs& o, bool fnuz) {
+struct Src {
+  int64_t rows, s_row, s_k;
+};
+Src source(Mode mode, int rows, int k) {
+  if (mode == Mode::MN) return {rows, 1, rows};
+  return {rows, mode == Mode::K4 ? k + 4 : k, 1};
+}
+bool to_half(Mode mode) { return mode == Mode::KH; }
+
+// rows_per_cta: 128 / 64 / 32, or 0 for the launcher's rule.
+cudaError_t run_new(const probe::Buffers& B, const Case& c, const Outputs& o, Mode mode, bool fnuz, int rows_per_cta) {
   prep::PrepareArgs p;
   p.k = c.k, p.k_pad = c.k, p.fnuz = fnuz, p.flag = o.flag;
   const uint8_t* src[2] = {B.a, B.b};
   const int rows[2] = {c.m, c.n};
   uint8_t* dst[2] = {o.a, o.b};
-  int ctas = 0;
+  int64_t full_tiles = 0;
   for (int i = 0; i < 2; ++i) {
     prep::OperandJob& j = p.op[p.n_ops++];
-    j.src = src[i], j.rows = rows[i], j.s_row = 1, j.s_k = rows[i], j.dst = dst[i];
-    j.tiles_k = int(cdiv(c.k, prep::kTileK)), j.tiles = j.tiles_k * int(cdiv(rows[i], prep::kTileRows));
-    ctas += j.tiles;
+    const Src s = source(mode, rows[i], c.k);
+    j.src = src[i], j.rows = s.rows, j.s_row = s.s_row, j.s_k = s.s_k, j.dst = dst[i];
+    prep::set_tiling(j, c.k, prep::kTileRows);
+    full_tiles += j.tiles;
   }
-  const int64_t nb = cdiv(c.n, 128), kb = cdiv(c.k, 128);
-  prep::ScaleJob& s = p.scale[p.n_scales++];
-  s.src = B.sfb, s.rows = nb, s.cols = kb, s.s_r = 1, s.s_c = nb, s.dst = o.sfb, s.rows_pad = nb, s.dst_col_major = false;
-  p.scale_ctas = int(std::max<int64_t>(1, std::min<int64_t>(cdiv(nb * kb, 256), 132 * 8)));
-  ctas += p.scale_ctas;
-  prep::prepare_kernel<false><<<ctas, prep::kThreads>>>(p);
+  const int copy_rows = rows_per_cta > 0 ? rows_per_cta : prep::kmajor_copy_rows(full_tiles, kSms, to_half(mode));
+  int ctas = 0;
+  for (int i = 0; i < 2; ++i) {
+    prep::set_tiling(p.op[i], c.k, copy_rows);
+    ctas += p.op[i].tiles;
+  }
+  if (mode == Mode::MN) {
+    const int64_t nb = cdiv(c.n, 128), kb = cdiv(c.k, 128);
+    prep::ScaleJob& s = p.scale[p.n_scales++];
+    s.src = B.sfb, s.rows = nb, s.cols = kb, s.s_r = 1, s.s_c = nb, s.dst = o.sfb, s.rows_pad = nb, s.dst_col_major = false;
+    p.scale_ctas = int(std::max<int64_t>(1, std::min<int64_t>(cdiv(nb * kb, 256), kSms * 8)));
+    ctas += p.scale_ctas;
+  }
+  if (to_half(mode))
+    prep::prepare_kernel<true><<<ctas, prep::kThreads>>>(p);
+  else
+    prep::prepare_kernel<false><<<ctas, prep::kThreads>>>(p);
   return cudaGetLastError();
 }
 
-cudaError_t run_old(const probe::Buffers& B, const Case& c, const Outputs& o, bool fnuz) {
+cudaError_t run_old(const probe::Buffers& B, const Case& c, const Outputs& o, Mode mode, bool fnuz) {
   const uint8_t* src[2] = {B.a, B.b};
   const int rows[2] = {c.m, c.n};
   uint8_t* dst[2] = {o.a, o.b};
   for (int i = 0; i < 2; ++i) {
+    const Src s = source(mode, rows[i], c.k);
     dim3 grid(unsigned(cdiv(c.k, old_prep::kTK)), unsigned(cdiv(rows[i], old_prep::kTR)));
-    old_prep::convert_operand_kernel<false><<<grid, 256>>>(src[i], rows[i], c.k, 1, rows[i], dst[i], c.k, fnuz, o.flag);
+    if (to_half(mode))
+      old_prep::convert_operand_kernel<true><<<grid, 256>>>(src[i], s.rows, c.k, s.s_row, s.s_k, dst[i], c.k, fnuz, o.flag);
+    else
+      old_prep::convert_operand_kernel<false><<<grid, 256>>>(src[i], s.rows, c.k, s.s_row, s.s_k, dst[i], c.k, fnuz, o.flag);
   }
-  const int64_t nb = cdiv(c.n, 128), kb = cdiv(c.k, 128);
-  const int grid = int(std::max<int64_t>(1, std::min<int64_t>(cdiv(nb * kb, 256), 132 * 8)));
-  old_prep::copy_scales_kernel<<<grid, 256>>>(B.sfb, nb, kb, 1, nb, o.sfb, nb, kb, false);
+  if (mode == Mode::MN) {
+    const int64_t nb = cdiv(c.n, 128), kb = cdiv(c.k, 128);
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(cdiv(nb * kb, 256), kSms * 8)));
+    old_prep::copy_scales_kernel<<<grid, 256>>>(B.sfb, nb, kb, 1, nb, o.sfb, nb, kb, false);
+  }
   return cudaGetLastError();
 }
 
-bool same(const Outputs& x, const Outputs& y, const Case& c) {
-  const size_t na = size_t(c.m) * c.k, nbt = size_t(c.n) * c.k, ns = size_t(cdiv(c.n, 128) * cdiv(c.k, 128));
+bool same(const Outputs& x, const Outputs& y, const Case& c, Mode mode) {
+  const size_t el = to_half(mode) ? 2 : 1;
+  const size_t na = el * c.m * c.k, nbt = el * c.n * c.k, ns = size_t(cdiv(c.n, 128) * cdiv(c.k, 128));
   std::vector<uint8_t> h0(std::max(na, nbt)), h1(std::max(na, nbt));
   std::vector<float> s0(ns), s1(ns);
   int f0 = 0, f1 = 0;
@@ -73,11 +113,14 @@ bool same(const Outputs& x, const Outputs& y, const Case& c) {
   cudaMemcpy(h0.data(), x.b, nbt, cudaMemcpyDeviceToHost);
   cudaMemcpy(h1.data(), y.b, nbt, cudaMemcpyDeviceToHost);
   ok = ok && std::memcmp(h0.data(), h1.data(), nbt) == 0;
-  cudaMemcpy(s0.data(), x.sfb, ns * 4, cudaMemcpyDeviceToHost);
-  cudaMemcpy(s1.data(), y.sfb, ns * 4, cudaMemcpyDeviceToHost);
+  if (mode == Mode::MN) {
+    cudaMemcpy(s0.data(), x.sfb, ns * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(s1.data(), y.sfb, ns * 4, cudaMemcpyDeviceToHost);
+    ok = ok && std::memcmp(s0.data(), s1.data(), ns * 4) == 0;
+  }
   cudaMemcpy(&f0, x.flag, 4, cudaMemcpyDeviceToHost);
   cudaMemcpy(&f1, y.flag, 4, cudaMemcpyDeviceToHost);
-  return ok && std::memcmp(s0.data(), s1.data(), ns * 4) == 0 && f0 == f1;
+  return ok && f0 == f1;
 }
 
 }  // namespace
@@ -89,40 +132,60 @@ int main() {
                         {6144, 7168, 256},  {6144, 7168, 2048}, {6144, 4608, 7168}, {6144, 7168, 2304},
                         {6144, 512, 7168},  {6144, 4096, 512}};
   const size_t max_el = size_t(6144) * 7168;
-  probe::Buffers B(max_el);
+  probe::Buffers B(max_el + size_t(7168) * 4);  // K4: rows of K + 4 bytes
   // Plant fnuz specials (0x80 NaN, 0x7f / 0xff +-240) so the fnuz comparison covers the mapping and flag.
   cudaMemset(B.a + 12345, 0x80, 1);
   cudaMemset(B.b + 777, 0xff, 1);
   Outputs o[2];
   for (auto& x : o) {
-    cudaMalloc(&x.a, max_el);
-    cudaMalloc(&x.b, max_el);
+    cudaMalloc(&x.a, 2 * max_el);
+    cudaMalloc(&x.b, 2 * max_el);
     cudaMalloc(&x.sfb, 1 << 20);
     cudaMalloc(&x.flag, 4);
   }
-  printf("%-18s %10s %10s %8s %12s  %s\n", "M x N x K", "old us", "new us", "old/new", "new GB/s", "bytes equal (fn, fnuz)");
   bool all_ok = true;
-  for (const Case& c : cases) {
-    bool eq[2];
-    for (int fnuz = 0; fnuz < 2; ++fnuz) {
-      for (auto& x : o) {
-        cudaMemset(x.a, 0xab, max_el);
-        cudaMemset(x.b, 0xab, max_el);
-        cudaMemset(x.flag, 0, 4);
+  for (Mode mode : {Mode::MN, Mode::KH, Mode::KF, Mode::K4}) {
+    const bool kcopy = mode != Mode::MN;
+    printf("\n[%s] %-16s %8s %8s", mode_name(mode), "M x N x K", "old us", kcopy ? "rule us" : "new us");
+    if (kcopy) printf(" %5s %8s %8s %8s", "rows", "128 us", "64 us", "32 us");
+    printf(" %8s %9s  %s\n", "old/new", "GB/s", "bytes equal (fn, fnuz)");
+    for (const Case& c : cases) {
+      // Byte equality against the old pass, for the rule's tiling and (K-contiguous) each fixed one.
+      bool eq[2] = {true, true};
+      for (int fnuz = 0; fnuz < 2; ++fnuz) {
+        if ((mode == Mode::KF || mode == Mode::K4) && !fnuz) continue;  // fn K-major needs no fp8 pass
+        for (int rows : {0, 128, 64, 32}) {
+          if (!kcopy && rows != 0) continue;
+          for (auto& x : o) {
+            cudaMemset(x.a, 0xab, 2 * max_el);
+            cudaMemset(x.b, 0xab, 2 * max_el);
+            cudaMemset(x.flag, 0, 4);
+          }
+          run_old(B, c, o[0], mode, fnuz);
+          run_new(B, c, o[1], mode, fnuz, rows);
+          cudaDeviceSynchronize();
+          eq[fnuz] = eq[fnuz] && same(o[0], o[1], c, mode);
+        }
+        all_ok = all_ok && eq[fnuz];
       }
-      run_old(B, c, o[0], fnuz);
-      run_new(B, c, o[1], fnuz);
-      cudaDeviceSynchronize();
-      eq[fnuz] = same(o[0], o[1], c);
-      all_ok = all_ok && eq[fnuz];
+      const bool fz = mode == Mode::KF || mode == Mode::K4;
+      const double t_old = probe::median_us(B, [&] { return run_old(B, c, o[0], mode, fz); });
+      const double t_new = probe::median_us(B, [&] { return run_new(B, c, o[1], mode, fz, 0); });
+      const double in = (double(c.m) + c.n) * c.k, out = in * (to_half(mode) ? 2 : 1);
+      const double bytes = in + out + (mode == Mode::MN ? 8.0 * cdiv(c.n, 128) * cdiv(c.k, 128) : 0.0);
+      printf("[%s] %5dx%5dx%5d %8.1f %8.1f", mode_name(mode), c.m, c.n, c.k, t_old, t_new);
+      if (kcopy) {
+        int64_t full = 0;
+        for (int r : {c.m, c.n}) full += cdiv(c.k, prep::kTileK) * cdiv(r, prep::kTileRows);
+        printf(" %5d", prep::kmajor_copy_rows(full, kSms, to_half(mode)));
+        for (int rows : {128, 64, 32}) printf(" %8.1f", probe::median_us(B, [&] { return run_new(B, c, o[1], mode, fz, rows); }));
+      }
+      const std::string eqs = std::string(eq[0] ? "yes" : "NO") + ", " + (eq[1] ? "yes" : "NO");
+      printf(" %8.2f %9.0f  %s\n", t_old / t_new, bytes / t_new * 1e-3,
+             (mode == Mode::KF || mode == Mode::K4) ? ("-, " + std::string(eq[1] ? "yes" : "NO")).c_str() : eqs.c_str());
     }
-    const double t_old = probe::median_us(B, [&] { return run_old(B, c, o[0], false); });
-    const double t_new = probe::median_us(B, [&] { return run_new(B, c, o[1], false); });
-    const double bytes = 2.0 * (double(c.m) + c.n) * c.k + 8.0 * cdiv(c.n, 128) * cdiv(c.k, 128);
-    printf("%5dx%5dx%5d  %10.1f %10.1f %8.2f %12.0f  %s, %s\n", c.m, c.n, c.k, t_old, t_new, t_old / t_new,
-           bytes / t_new * 1e-3, eq[0] ? "yes" : "NO", eq[1] ? "yes" : "NO");
   }
   const cudaError_t err = cudaDeviceSynchronize();
-  printf("%s (%s)\n", all_ok ? "all outputs equal" : "MISMATCH", cudaGetErrorString(err));
+  printf("\n%s (%s)\n", all_ok ? "all outputs equal" : "MISMATCH", cudaGetErrorString(err));
   return all_ok && err == cudaSuccess ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 """gemm's sm_90a sources compile with nvcc, every kernel variant issues warpgroup MMA (wgmma.mma_async)
-fed by TMA, and ptxas neither serialises the hand-written kernels' wgmmas (C7514) nor spills them:
+fed by TMA, and ptxas neither serialises the hand-written kernels' wgmmas (C7514) nor spills them or the
+launcher's own kernels (gemm_cuda.cu: the preparation pass):
 ci/check_cuda.sh, run here so CI counts it as a test."""
 
 import shutil
@@ -22,3 +23,4 @@ def test_gemm_cuda_sources_compile_to_wgmma():
     assert len(variants) == len(list((ROOT / "gemm" / "gemm_cuda").glob("sm90_*.cu")))
     hand = [line for line in result.stdout.splitlines() if line.startswith("ok   sm90_hand") and "(ptxas)" in line]
     assert len(hand) == len(list((ROOT / "gemm" / "gemm_cuda").glob("sm90_hand*.cu")))
+    assert any(line.startswith("ok   gemm_cuda (ptxas)") for line in result.stdout.splitlines())

@@ -119,6 +119,14 @@ bool exact_accumulation_requested() {
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 
+// GEMM_CUDA_PDL=0: launch the GEMM kernel only after the preparation pass has completed, instead of as
+// its programmatic dependent (read per call; for A/B timing, and a switch for tools that mishandle
+// programmatic dependent launches).
+bool overlap_prep_allowed() {
+  const char* v = std::getenv("GEMM_CUDA_PDL");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   Sm90Config c;
   const int64_t sms = device_sm_count();
@@ -479,16 +487,21 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   // fnuz source bytes: mapped to fn bytes (fp8 path, pl.fnuz) or decoded exactly (fp16 path).
   prep_args.fnuz = p.format == Fp8Format::kE4M3FNUZ;
   prep_args.flag = flag;
-  int prep_ctas = 0;
+  int64_t full_tiles = 0;  // 128-row tiles of all operands
   auto add_operand = [&](const uint8_t* src, int64_t rows, int64_t s_row, int64_t s_k, size_t off) {
     prep::OperandJob& j = prep_args.op[prep_args.n_ops++];
     j.src = src; j.rows = rows; j.s_row = s_row; j.s_k = s_k; j.dst = at<void>(workspace, off);
-    j.tiles_k = static_cast<int>(ceil_div(pl.k_kernel, prep::kTileK));
-    j.tiles = j.tiles_k * static_cast<int>(ceil_div(rows, prep::kTileRows));
-    prep_ctas += j.tiles;
+    prep::set_tiling(j, pl.k_kernel, prep::kTileRows);
+    full_tiles += j.tiles;
   };
   if (pl.convert_a) add_operand(p.a, p.m, p.a_stride_m, p.a_stride_k, pl.off_a);
   if (pl.convert_b) add_operand(p.b, p.n, p.b_stride_n, p.b_stride_k, pl.off_b);
+  int prep_ctas = 0;
+  const int copy_rows = prep::kmajor_copy_rows(full_tiles, sms, pl.f16);
+  for (int i = 0; i < prep_args.n_ops; ++i) {
+    prep::set_tiling(prep_args.op[i], pl.k_kernel, copy_rows);
+    prep_ctas += prep_args.op[i].tiles;
+  }
   int64_t scale_elems = 0;
   auto add_scales = [&](const float* src, int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, size_t off,
                         int64_t rows_pad, bool col_major) {
@@ -529,6 +542,7 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   args.sfa = static_cast<const float*>(rebase(args.sfa, sfa_ws));
   args.sfb = static_cast<const float*>(rebase(args.sfb, sfb_ws));
   args.d = const_cast<void*>(rebase(args.d, pl.stage_out));
+  args.overlap_previous = prep_ctas > 0 && overlap_prep_allowed();
   void* kernel_ws = pl.kernel_ws > 0 ? at<void>(workspace, pl.off_kernel) : nullptr;
 
   if ((err = launch_kernel(pl, args, kernel_ws, pl.kernel_ws, stream)) != cudaSuccess) return err;

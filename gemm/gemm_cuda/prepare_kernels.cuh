@@ -4,17 +4,19 @@
 // into the layouts the kernels read. Knows nothing of torch: raw pointers, sizes, strides.
 //
 // Work is a flat list of CTAs: [operand 0 tiles][operand 1 tiles][scale-copy CTAs]. An operand tile
-// is 128 rows x 128 K columns. Tiles of a source that is contiguous along rows with a 4-byte aligned
-// base and K stride take the vectorised transpose (16-byte loads where the source is 16-byte aligned,
-// a 4x4 byte transpose in registers, an XOR-swizzled shared tile without bank conflicts, 16-byte
-// stores); K-contiguous sources with 16-byte aligned rows take straight 16-byte copies; every other
-// tile takes the generic byte path. The same paths write fp16 (the exact-accumulation variant's
-// operands) instead of fp8 bytes.
+// is 128 rows x 128 K columns (K-contiguous copies: 64 or 32 rows when the tiles are few). Tiles of a
+// source that is contiguous along rows with a 4-byte aligned base and K stride take the vectorised
+// transpose (16-, 8- or 4-byte loads as the alignment allows, a 4x4 byte transpose in registers, an
+// XOR-swizzled shared tile without bank conflicts, 16-byte stores); K-contiguous sources with 4-byte
+// aligned rows take straight vector copies; every other tile takes the generic byte path. The same
+// paths write fp16 (the exact-accumulation variant's operands) instead of fp8 bytes: 8 K elements
+// (16 bytes of fp16) per thread and store instead of 16, so a warp's stores stay contiguous.
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fp8gemm::cuda::prep {
 
@@ -26,6 +28,7 @@ struct OperandJob {
   const uint8_t* src = nullptr;  // (rows, k) with strides (s_row, s_k) in elements
   int64_t rows = 0, s_row = 0, s_k = 0;
   void* dst = nullptr;  // (rows, k_pad) K-major: fp8 bytes, or fp16 when converting to half
+  int tile_rows = kTileRows;  // rows per CTA (set_tiling)
   int tiles_k = 0, tiles = 0;
 };
 
@@ -75,12 +78,61 @@ __device__ __forceinline__ uint32_t fnuz_word_to_fn(uint32_t v, bool& special) {
   return r;
 }
 
-// Stores 16 consecutive K elements of one row, starting at kk (a multiple of 16): fp8 bytes (fnuz mapped
-// to fn), or their exact fp16 values. fp16 rows are padded to 8 elements only, so the second half of
-// a chunk may lie past k_pad.
+// Largest of 16, 8 and 4 that divides both an address and a stride in bytes (1: neither): the widest
+// load a vectorised path may use at every row or column the stride reaches from the address.
+__host__ __device__ __forceinline__ int vec_alignment(const void* p, int64_t stride) {
+  const uint64_t x = uint64_t(reinterpret_cast<uintptr_t>(p)) | uint64_t(stride);
+  return (x & 15) == 0 ? 16 : (x & 7) == 0 ? 8 : (x & 3) == 0 ? 4 : 1;
+}
+
+__device__ __forceinline__ uint2 load8(const uint8_t* p, int align) {
+  if (align >= 8) return __ldg(reinterpret_cast<const uint2*>(p));
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(p);
+  return make_uint2(__ldg(q), __ldg(q + 1));
+}
+
+__device__ __forceinline__ uint4 load16(const uint8_t* p, int align) {
+  if (align >= 16) return __ldg(reinterpret_cast<const uint4*>(p));
+  const uint2 lo = load8(p, align), hi = load8(p + 8, align);
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// The first n of 16 consecutive bytes (n < 16, possibly <= 0), zeros after: a chunk that crosses the
+// end of a row or column is read byte by byte so that nothing past it is touched.
+__device__ __forceinline__ uint4 load_partial16(const uint8_t* p, int64_t n) {
+  uint32_t b[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    if (i < n) b[i / 4] |= uint32_t(__ldg(p + i)) << (8 * (i % 4));
+  }
+  return make_uint4(b[0], b[1], b[2], b[3]);
+}
+
+// What one thread moves per access along K: 16 fp8 elements (16 bytes in, 16 out), or, for fp16 out,
+// 8 elements (8 bytes in, 16 out) so that consecutive threads store consecutive 16-byte words.
 template <bool kToHalf>
-__device__ __forceinline__ void store_chunk16(void* dst, int64_t row, int64_t kk, int64_t k_pad, uint4 v, bool fnuz,
-                                              bool& special) {
+using ChunkVec = std::conditional_t<kToHalf, uint2, uint4>;
+template <bool kToHalf>
+constexpr int kChunkElems = kToHalf ? 8 : 16;
+
+// Loads the chunk at p, of which `valid` elements lie inside the row (the rest read as 0).
+template <bool kToHalf>
+__device__ __forceinline__ ChunkVec<kToHalf> load_chunk(const uint8_t* p, int64_t valid, int align) {
+  if constexpr (kToHalf) {
+    if (valid >= 8) return load8(p, align);
+    const uint4 v = load_partial16(p, valid);
+    return make_uint2(v.x, v.y);
+  } else {
+    return valid >= 16 ? load16(p, align) : load_partial16(p, valid);
+  }
+}
+
+// Stores one chunk of row `row` starting at K element kk (a multiple of the chunk; fp8 rows are padded
+// to 16 elements and fp16 rows to 8, so a chunk that starts before k_pad ends inside it): fp8 bytes
+// with fnuz mapped to fn, or the exact fp16 value of each byte.
+template <bool kToHalf>
+__device__ __forceinline__ void store_chunk(void* dst, int64_t row, int64_t kk, int64_t k_pad, ChunkVec<kToHalf> v,
+                                            bool fnuz, bool& special) {
   if constexpr (!kToHalf) {
     if (fnuz) {
       v.x = fnuz_word_to_fn(v.x, special);
@@ -90,35 +142,31 @@ __device__ __forceinline__ void store_chunk16(void* dst, int64_t row, int64_t kk
     }
     *reinterpret_cast<uint4*>(static_cast<uint8_t*>(dst) + row * k_pad + kk) = v;
   } else {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    uint32_t h[8];
+    const uint32_t w[2] = {v.x, v.y};
+    uint32_t h[4];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
+    for (int q = 0; q < 4; ++q) {
       const uint32_t pair = w[q / 2] >> (16 * (q % 2));
       const uint32_t lo = __half_as_ushort(__float2half_rn(decode_fp8(uint8_t(pair), fnuz)));
       const uint32_t hi = __half_as_ushort(__float2half_rn(decode_fp8(uint8_t(pair >> 8), fnuz)));
       h[q] = lo | (hi << 16);  // exact: every fp8 value is an fp16 value
     }
-    uint4* d = reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst) + row * k_pad + kk);
-    d[0] = make_uint4(h[0], h[1], h[2], h[3]);
-    if (kk + 8 < k_pad) d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst) + row * k_pad + kk) = make_uint4(h[0], h[1], h[2], h[3]);
   }
 }
 
-// Vectorised transpose of one tile. Requires s_row == 1, s_k % 4 == 0 and a 4-byte aligned src
-// (16 and 16 for single 16-byte loads: `load16`; four 4-byte loads otherwise, e.g. the challenge layout
-// with M % 16 != 0). Thread t loads 16 consecutive rows of 4 consecutive K columns, transposes the four
-// 4x4 byte blocks with byte permutes and stores 16 words (row, 4 K bytes) into the shared tile. The
-// tile's word column is XOR-swizzled by the row's 16-row chunk, so both the word stores and the
-// later 16-byte row reads are free of bank conflicts.
+// Vectorised transpose of one tile. Requires s_row == 1 and `align` (vec_alignment of src and s_k) >= 4.
+// Thread t loads 16 consecutive rows of 4 consecutive K columns, transposes the four 4x4 byte blocks with
+// byte permutes and stores 16 words (row, 4 K bytes) into the shared tile. The tile's 16-byte granules
+// are XOR-swizzled by the row's 16-row chunk, so both the word stores and the later row reads are free
+// of bank conflicts.
 template <bool kToHalf>
 __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k, int64_t k_pad,
-                                                   bool fnuz, bool load16, uint32_t* tile /* [kTileRows][kTileK / 4] */) {
+                                                   bool fnuz, int align, uint32_t* tile /* [kTileRows][kTileK / 4] */) {
   const int t = threadIdx.x;
   const int chunk = t & 7;   // 16-row chunk of the tile
   const int kquad = t >> 3;  // 4-column group of the tile, 0..31
   const int64_t row = r0 + 16 * chunk;
-  const bool full_chunk = row + 16 <= job.rows;
   uint32_t w[4][4];  // w[j][g]: K column 4*kquad + j, rows 4g..4g+3 of the chunk
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -126,19 +174,7 @@ __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_
     uint4 v = make_uint4(0, 0, 0, 0);
     if (col < k && row < job.rows) {
       const uint8_t* p = job.src + row + col * job.s_k;
-      if (full_chunk && load16) {
-        v = __ldg(reinterpret_cast<const uint4*>(p));
-      } else if (full_chunk) {
-        const uint32_t* q = reinterpret_cast<const uint32_t*>(p);
-        v = make_uint4(__ldg(q), __ldg(q + 1), __ldg(q + 2), __ldg(q + 3));
-      } else {  // the last rows of the operand: bytes, zero past its end
-        uint32_t b[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          if (row + i < job.rows) b[i / 4] |= uint32_t(__ldg(p + i)) << (8 * (i % 4));
-        }
-        v = make_uint4(b[0], b[1], b[2], b[3]);
-      }
+      v = row + 16 <= job.rows ? load16(p, align) : load_partial16(p, job.rows - row);
     }
     w[j][0] = v.x; w[j][1] = v.y; w[j][2] = v.z; w[j][3] = v.w;
   }
@@ -155,55 +191,53 @@ __device__ __forceinline__ bool transpose_tile_vec(const OperandJob& job, int64_
   }
   __syncthreads();
   bool special = false;
-  // 16 K elements per store: 8 threads per row, 32 rows per pass.
+  using Vec = ChunkVec<kToHalf>;
+  constexpr int kC = kChunkElems<kToHalf>, kPerRow = kTileK / kC, kRowsPerPass = kThreads / kPerRow;
 #pragma unroll
-  for (int it = 0; it < kTileRows * (kTileK / 16) / kThreads; ++it) {
+  for (int it = 0; it < kTileRows / kRowsPerPass; ++it) {
     const int i = t + it * kThreads;
-    const int c = i & 7, r = i >> 3;
-    const int64_t kk = k0 + 16 * c;
+    const int c = i % kPerRow, r = i / kPerRow;
+    const int64_t kk = k0 + kC * c;
     if (r0 + r >= job.rows || kk >= k_pad) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(tile + r * (kTileK / 4) + 4 * (c ^ ((r >> 4) & 7)));
-    store_chunk16<kToHalf>(job.dst, r0 + r, kk, k_pad, v, fnuz, special);
+    // Granule g (16 bytes) of row r sits at word 4 * (g ^ ((r >> 4) & 7)).
+    const int g = kC * c / 16, word_in_granule = (kC * c % 16) / 4;
+    const Vec v = *reinterpret_cast<const Vec*>(tile + r * (kTileK / 4) + 4 * (g ^ ((r >> 4) & 7)) + word_in_granule);
+    store_chunk<kToHalf>(job.dst, r0 + r, kk, k_pad, v, fnuz, special);
   }
   return special;
 }
 
-// K-contiguous source (s_k == 1, s_row % 16 == 0, 16-byte aligned) that still needs a pass (e4m3fnuz,
-// K not a multiple of 16, fp16 out): straight 16-element copies, no shared memory; bytes for a last
-// partial chunk.
+// K-contiguous source (s_k == 1, vec_alignment of src and s_row >= 4) that still needs a pass (e4m3fnuz,
+// K not a multiple of 16, fp16 out): straight chunk copies of job.tile_rows rows, no shared memory.
+// wide: one load per chunk (rows aligned to the chunk's bytes), else 4-byte loads.
 template <bool kToHalf>
 __device__ __forceinline__ bool copy_tile_kmajor_vec(const OperandJob& job, int64_t r0, int64_t k0, int64_t k,
-                                                     int64_t k_pad, bool fnuz) {
+                                                     int64_t k_pad, bool fnuz, bool wide) {
+  using Vec = ChunkVec<kToHalf>;
+  constexpr int kC = kChunkElems<kToHalf>, kPerRow = kTileK / kC, kRowsPerPass = kThreads / kPerRow;
+  constexpr int kMaxPasses = kTileRows / kRowsPerPass;
+  const int passes = job.tile_rows / kRowsPerPass;
+  // A thread keeps its K chunk in every pass; only the row moves.
+  const int64_t kk = k0 + kC * (threadIdx.x % kPerRow);
+  const int64_t row0 = r0 + threadIdx.x / kPerRow;
+  if (kk >= k_pad) return false;
+  const int align = wide ? 16 : 4;
+  const uint8_t* src = job.src + row0 * job.s_row + kk;
+  const int64_t pass_stride = int64_t(kRowsPerPass) * job.s_row;
   // All of a thread's loads are issued before its first store (the stores may alias the source as far
-  // as the compiler knows, so it would not hoist them): one round trip to memory instead of four.
-  constexpr int kIters = kTileRows * (kTileK / 16) / kThreads;
-  uint4 v[kIters];
+  // as the compiler knows, so it would not hoist them): one round trip to memory instead of several.
+  Vec v[kMaxPasses];
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = threadIdx.x + it * kThreads;
-    const int c = i & 7, r = i >> 3;
-    const int64_t kk = k0 + 16 * c;
-    v[it] = make_uint4(0, 0, 0, 0);
-    if (r0 + r >= job.rows || kk >= k_pad) continue;
-    const uint8_t* p = job.src + (r0 + r) * job.s_row + kk;
-    if (kk + 16 <= k) {
-      v[it] = __ldg(reinterpret_cast<const uint4*>(p));
-    } else {
-      uint32_t b[4] = {0, 0, 0, 0};
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        if (kk + j < k) b[j / 4] |= uint32_t(__ldg(p + j)) << (8 * (j % 4));
-      }
-      v[it] = make_uint4(b[0], b[1], b[2], b[3]);
-    }
+  for (int it = 0; it < kMaxPasses; ++it) {
+    v[it] = Vec{};
+    if (it < passes && row0 + it * kRowsPerPass < job.rows)
+      v[it] = load_chunk<kToHalf>(src + it * pass_stride, k - kk, align);
   }
   bool special = false;
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = threadIdx.x + it * kThreads;
-    const int c = i & 7, r = i >> 3;
-    const int64_t kk = k0 + 16 * c;
-    if (r0 + r < job.rows && kk < k_pad) store_chunk16<kToHalf>(job.dst, r0 + r, kk, k_pad, v[it], fnuz, special);
+  for (int it = 0; it < kMaxPasses; ++it) {
+    const int64_t row = row0 + it * kRowsPerPass;
+    if (it < passes && row < job.rows) store_chunk<kToHalf>(job.dst, row, kk, k_pad, v[it], fnuz, special);
   }
   return special;
 }
@@ -252,12 +286,33 @@ __device__ __forceinline__ bool convert_tile_generic(const OperandJob& job, int6
 
 // Also used by the host-side launcher (gemm_cuda.cu) for its TMA alignment rules.
 __host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-__device__ __forceinline__ bool aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
-__device__ __forceinline__ bool rows_contiguous_vec(const OperandJob& j) {
-  return j.s_row == 1 && j.s_k % 4 == 0 && aligned4(j.src);
+
+enum class Path { kTranspose, kKMajorCopy, kGeneric };
+
+__host__ __device__ __forceinline__ Path path_of(const OperandJob& j) {
+  if (j.s_row == 1 && vec_alignment(j.src, j.s_k) >= 4) return Path::kTranspose;
+  if (j.s_k == 1 && vec_alignment(j.src, j.s_row) >= 4) return Path::kKMajorCopy;
+  return Path::kGeneric;
 }
-__device__ __forceinline__ bool k_contiguous_vec(const OperandJob& j) {
-  return j.s_k == 1 && j.s_row % 16 == 0 && aligned16(j.src);
+
+// Rows per CTA of the K-contiguous copies, from the number of 128-row tiles of the whole pass. Each CTA
+// issues all its loads at once and then stores, so with few CTAs the pass waits on one memory round trip
+// per SM; smaller CTAs (no shared tile to fill) spread the same bytes over more SMs and more round trips
+// in flight. fp16 out never takes 128 rows: its thread chunk is half as wide, so a 128-row CTA would keep
+// 8 loads per thread in flight, and 64 rows ran 5-15 % faster on every benchmark shape. Thresholds from
+// benchmarks/probes/probe_prepare on the H200 (benchmarks/results/gemm_h200_probes/prepare_pass.txt).
+inline int kmajor_copy_rows(int64_t tiles_of_128_rows, int sms, bool to_half) {
+  if (!to_half && tiles_of_128_rows >= 4 * int64_t(sms)) return 128;
+  if (tiles_of_128_rows >= 2 * int64_t(sms)) return 64;
+  return 32;
+}
+
+// Sets a job's tiling once src, rows and strides are set: K tiles of kTileK, `rows_per_cta` rows per
+// CTA for the K-contiguous copy path (a multiple of 32 up to kTileRows), kTileRows for the others.
+inline void set_tiling(OperandJob& j, int64_t k_pad, int rows_per_cta) {
+  j.tile_rows = path_of(j) == Path::kKMajorCopy ? rows_per_cta : kTileRows;
+  j.tiles_k = int((k_pad + kTileK - 1) / kTileK);
+  j.tiles = j.tiles_k * int((j.rows + j.tile_rows - 1) / j.tile_rows);
 }
 
 // kToHalf: operands become fp16 (the exact value of each fp8 byte, fn or fnuz) instead of fp8 bytes.
@@ -271,16 +326,21 @@ __global__ void __launch_bounds__(kThreads, kToHalf ? 5 : 6) prepare_kernel(cons
   while (op < args.n_ops && tile >= args.op[op].tiles) tile -= args.op[op++].tiles;
   if (op < args.n_ops) {
     const OperandJob& job = args.op[op];
-    const int64_t r0 = int64_t(tile / job.tiles_k) * kTileRows, k0 = int64_t(tile % job.tiles_k) * kTileK;
+    const int64_t r0 = int64_t(tile / job.tiles_k) * job.tile_rows, k0 = int64_t(tile % job.tiles_k) * kTileK;
     const bool fnuz = args.fnuz != 0;
     bool special;
-    if (rows_contiguous_vec(job))
-      special = transpose_tile_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz,
-                                            job.s_k % 16 == 0 && aligned16(job.src), reinterpret_cast<uint32_t*>(smem));
-    else if (k_contiguous_vec(job))
-      special = copy_tile_kmajor_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz);
-    else
-      special = convert_tile_generic<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz, smem);
+    switch (path_of(job)) {
+      case Path::kTranspose:
+        special = transpose_tile_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz, vec_alignment(job.src, job.s_k),
+                                              reinterpret_cast<uint32_t*>(smem));
+        break;
+      case Path::kKMajorCopy:
+        special = copy_tile_kmajor_vec<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz,
+                                                vec_alignment(job.src, job.s_row) >= kChunkElems<kToHalf>);
+        break;
+      default:
+        special = convert_tile_generic<kToHalf>(job, r0, k0, args.k, args.k_pad, fnuz, smem);
+    }
     if (!kToHalf && fnuz) {
       if (__syncthreads_or(special) && threadIdx.x == 0) atomicOr(args.flag, 1);
     }

@@ -348,6 +348,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   }
   if constexpr (C::kCluster > 1) cluster_sync();  // peers' barriers exist before any multicast / remote arrive
   else __syncthreads();
+  // Launched as a programmatic dependent of the preparation pass (KernelArgs::overlap_previous), the
+  // set-up above overlaps that kernel's tail; nothing below may read its outputs (or write anything)
+  // before it has completed. Without the launch attribute this returns at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   if (wg == 0) {
     // ---------------- producer ----------------
@@ -760,20 +764,29 @@ bool can_implement(const KernelArgs& a) {
          a.sfa_ld % 4 == 0 && a.sfa_rows % 4 == 0 && al16(a.a) && al16(a.b) && al16(a.d) && al16(a.sfa);
 }
 
-// Launch configuration of a cluster launch (`attr` must outlive the returned value's use).
+// Launch configuration: the cluster shape, and programmatic stream serialization when the kernel may
+// overlap the previous one (`attrs` must outlive the returned value's use).
 template <class C>
-cudaLaunchConfig_t cluster_launch_config(int grid, cudaStream_t stream, cudaLaunchAttribute& attr) {
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = C::kCluster;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
+cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_previous, cudaLaunchAttribute (&attrs)[2]) {
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(static_cast<unsigned>(grid));
   lc.blockDim = dim3(C::kThreads);
   lc.dynamicSmemBytes = C::kSmemBytes;
   lc.stream = stream;
-  lc.attrs = &attr;
-  lc.numAttrs = 1;
+  lc.attrs = attrs;
+  lc.numAttrs = 0;
+  if (C::kCluster > 1) {
+    cudaLaunchAttribute& a = attrs[lc.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = C::kCluster;
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+  }
+  if (overlap_previous) {
+    cudaLaunchAttribute& a = attrs[lc.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
   return lc;
 }
 
@@ -802,8 +815,8 @@ int max_active_clusters(const KernelArgs& a) {
   int clusters = dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
   if (clusters > 0) return clusters;
   const int sms = sm_count_of(a);
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t lc = cluster_launch_config<C>(sms / C::kCluster * C::kCluster, nullptr, attr);
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t lc = launch_config<C>(sms / C::kCluster * C::kCluster, nullptr, false, attrs);
   if (enable_smem<C>(dev) != cudaSuccess ||
       cudaOccupancyMaxActiveClusters(&clusters, fp8_blockscaled_gemm_kernel<C>, &lc) != cudaSuccess || clusters <= 0) {
     cudaGetLastError();
@@ -847,14 +860,11 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   Params p{a.m,        a.n,         a.k,       a.sfb,     a.sfb_ld, a.sfb_rows,
            a.alpha,    a.max_swizzle > 1 ? a.max_swizzle : 8,      sp.dp_items,
            sp.sk_items, sp.sk_len,  sp.splits, partials,  flags};
-  if constexpr (C::kCluster == 1) {
-    fp8_blockscaled_gemm_kernel<C><<<sp.grid, C::kThreads, C::kSmemBytes, stream>>>(ma, mb, msfa, md, p);
-  } else {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t lc = cluster_launch_config<C>(sp.grid, stream, attr);
-    const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
-    if (e != cudaSuccess) return e;
-  }
+  // Only directly after the preparation pass: a flag memset in between is not a kernel to overlap.
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t lc = launch_config<C>(sp.grid, stream, a.overlap_previous && sp.sk_items == 0, attrs);
+  const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

@@ -42,6 +42,10 @@ struct KernelArgs {
   int32_t max_swizzle = 1;
   bool raster_along_n = false;
   int32_t sm_count = 0;         // 0: ask the device
+  // Programmatic dependent launch (hand-written kernels only; CUTLASS's ignore it): the kernel may be
+  // scheduled while the stream's previous kernel -- the launcher sets this only when that is its own
+  // preparation pass -- finishes, and waits for it (griddepcontrol.wait) before touching global memory.
+  bool overlap_previous = false;
 };
 
 // Stream-K plan of the hand-written kernels (sm90_hand_kernel.cuh, plan_split), shared with the

@@ -295,12 +295,16 @@ def _padded_operand(values, layout, pad, nan_byte):
     return base[:, :k]
 
 
-# (rows of the permuted operand, K): rows and K cut the 128x128 preparation tiles and its 16-row / 16-byte
-# chunks; K % 16 != 0 pads the rows the kernel reads.
-PERMUTATION_SHAPES = [(1, 16), (100, 208), (16, 264), (257, 1000), (144, 130), (33, 7)]
+# (rows of the permuted operand, K): rows and K cut the 128x128 preparation tiles, the 16-row / 16-byte
+# chunks and the 32- / 64-row CTAs of the K-contiguous copies; K % 16 != 0 pads the rows the kernel reads.
+# The pass cuts K-contiguous copies into 32 rows per CTA for the small shapes, 64 for (2000, 2048) and, fp8
+# out, 128 for (4000, 4096) (prep::kmajor_copy_rows on 132 SMs).
+PERMUTATION_SHAPES = [(1, 16), (100, 208), (16, 264), (257, 1000), (144, 130), (33, 7), (2000, 2048), (4000, 4096)]
 
 
-@pytest.mark.parametrize("pad", [0, 4, 16], ids=["ld16", "ld16+4", "ld16+16"])
+# Leading-dimension padding: 16-byte aligned rows / columns (16- or 8-byte loads), 8- and 4-byte aligned
+# ones (narrower loads on the vectorised paths), and an odd one (the generic byte path).
+@pytest.mark.parametrize("pad", [0, 1, 4, 8, 16], ids=["ld16", "ld16+1", "ld16+4", "ld16+8", "ld16+16"])
 @pytest.mark.parametrize("layout", ["mn_major", "k_major"])
 @pytest.mark.parametrize("dtype", [FN, FNUZ], ids=["fn", "fnuz"])
 @pytest.mark.parametrize("shape", PERMUTATION_SHAPES, ids=_shape_id)
@@ -308,9 +312,9 @@ def test_preparation_pass_is_exact(shape, dtype, layout, pad, accumulation):
     """The operand preparation (transpose / pad / fnuz conversion) checked bit for bit: with one operand
     a permutation matrix of ones and unit scales, each output is one fp8 value of the other operand
     times 1 (exact in fp32 and in bf16), so out must equal the permuted operand exactly. Operands are
-    views with a padded leading dimension filled with NaN bytes: 16-byte aligned (the vectorised paths),
-    4-byte aligned (MN-major: the transpose with 4-byte loads; K-major: the generic path); K % 16 != 0:
-    the padded-K path."""
+    views with a padded leading dimension filled with NaN bytes: 16-, 8- and 4-byte aligned (the
+    vectorised transpose and K-contiguous copies with their narrower loads), odd (the generic byte path);
+    K % 16 != 0: the padded-K path."""
     rows, k = shape
     gen = torch.Generator(device="cuda").manual_seed(rows * 7 + k)
     nan_byte = 0x80 if dtype == FNUZ else 0x7F
