@@ -356,6 +356,34 @@ def test_mixed_scale_strides():
     check(out, a, b, a_scale, b_scale, exact=False)
 
 
+@pytest.mark.parametrize("layout,dtype", [("mn_major", FN), ("k_major", FNUZ), ("k_major", FN)],
+                         ids=["mn-fn", "kmajor-fnuz", "kmajor-fn"])
+def test_cuda_graph_replay(layout, dtype, accumulation):
+    """Captured into a CUDA graph (as torch.compile's reduce-overhead mode and serving engines do) and
+    replayed on new inputs: the preparation pass, the GEMM kernel launched as its programmatic dependent
+    and the workspace from the graph's memory pool must replay in order and read each replay's inputs.
+    K-major e4m3fn takes no pass (the control)."""
+    m, n, k = 300, 1000, 1024
+    a, b, a_scale, b_scale = make_inputs(m, n, k, dtype, layout, seed=31, device="cuda")
+    out = poisoned_out(m, n, device="cuda")
+    gemm.gemm(a, b, a_scale, b_scale, out=out)  # first call outside the capture (one-time kernel attributes)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm.gemm(a, b, a_scale, b_scale, out=out)
+    for seed in (32, 33):
+        new = make_inputs(m, n, k, dtype, layout, seed=seed, device="cuda")
+        for dst, src in zip((a, b, a_scale, b_scale), new):  # in place: the graph holds these addresses
+            if dst.dtype == dtype:
+                dst.view(torch.uint8).copy_(src.view(torch.uint8))
+            else:
+                dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, a, b, a_scale, b_scale, accumulation == "exact")
+
+
 def test_uses_current_stream():
     m, n, k = 1024, 1536, 7168
     a, b, a_scale, b_scale = make_inputs(m, n, k, FN, "k_major", seed=2, device="cuda")
