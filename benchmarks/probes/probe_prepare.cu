@@ -46,27 +46,21 @@ Src source(Mode mode, int rows, int k) {
 }
 bool to_half(Mode mode) { return mode == Mode::KH; }
 
-// rows_per_cta: 128 / 64 / 32, or 0 for the launcher's rule.
-cudaError_t run_new(const probe::Buffers& B, const Case& c, const Outputs& o, Mode mode, bool fnuz, int rows_per_cta) {
+// The pass's arguments for one case and its CTA count; rows_per_cta: 128 / 64 / 32, or 0 for the
+// launcher's rule.
+prep::PrepareArgs make_args(const probe::Buffers& B, const Case& c, const Outputs& o, Mode mode, bool fnuz,
+                            int rows_per_cta, int& ctas) {
   prep::PrepareArgs p;
   p.k = c.k, p.k_pad = c.k, p.fnuz = fnuz, p.flag = o.flag;
   const uint8_t* src[2] = {B.a, B.b};
   const int rows[2] = {c.m, c.n};
   uint8_t* dst[2] = {o.a, o.b};
-  int64_t full_tiles = 0;
   for (int i = 0; i < 2; ++i) {
     prep::OperandJob& j = p.op[p.n_ops++];
     const Src s = source(mode, rows[i], c.k);
     j.src = src[i], j.rows = s.rows, j.s_row = s.s_row, j.s_k = s.s_k, j.dst = dst[i];
-    prep::set_tiling(j, c.k, prep::kTileRows);
-    full_tiles += j.tiles;
   }
-  const int copy_rows = rows_per_cta > 0 ? rows_per_cta : prep::kmajor_copy_rows(full_tiles, kSms, to_half(mode));
-  int ctas = 0;
-  for (int i = 0; i < 2; ++i) {
-    prep::set_tiling(p.op[i], c.k, copy_rows);
-    ctas += p.op[i].tiles;
-  }
+  ctas = prep::tile_operand_jobs(p, kSms, to_half(mode), rows_per_cta);
   if (mode == Mode::MN) {
     const int64_t nb = cdiv(c.n, 128), kb = cdiv(c.k, 128);
     prep::ScaleJob& s = p.scale[p.n_scales++];
@@ -74,6 +68,12 @@ cudaError_t run_new(const probe::Buffers& B, const Case& c, const Outputs& o, Mo
     p.scale_ctas = int(std::max<int64_t>(1, std::min<int64_t>(cdiv(nb * kb, 256), kSms * 8)));
     ctas += p.scale_ctas;
   }
+  return p;
+}
+
+cudaError_t run_new(const probe::Buffers& B, const Case& c, const Outputs& o, Mode mode, bool fnuz, int rows_per_cta) {
+  int ctas = 0;
+  const prep::PrepareArgs p = make_args(B, c, o, mode, fnuz, rows_per_cta, ctas);
   if (to_half(mode))
     prep::prepare_kernel<true><<<ctas, prep::kThreads>>>(p);
   else
@@ -175,9 +175,8 @@ int main() {
       const double bytes = in + out + (mode == Mode::MN ? 8.0 * cdiv(c.n, 128) * cdiv(c.k, 128) : 0.0);
       printf("[%s] %5dx%5dx%5d %8.1f %8.1f", mode_name(mode), c.m, c.n, c.k, t_old, t_new);
       if (kcopy) {
-        int64_t full = 0;
-        for (int r : {c.m, c.n}) full += cdiv(c.k, prep::kTileK) * cdiv(r, prep::kTileRows);
-        printf(" %5d", prep::kmajor_copy_rows(full, kSms, to_half(mode)));
+        int ctas = 0;
+        printf(" %5d", make_args(B, c, o[1], mode, fz, 0, ctas).op[0].tile_rows);  // the rule's rows
         for (int rows : {128, 64, 32}) printf(" %8.1f", probe::median_us(B, [&] { return run_new(B, c, o[1], mode, fz, rows); }));
       }
       const std::string eqs = std::string(eq[0] ? "yes" : "NO") + ", " + (eq[1] ? "yes" : "NO");

@@ -487,21 +487,13 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   // fnuz source bytes: mapped to fn bytes (fp8 path, pl.fnuz) or decoded exactly (fp16 path).
   prep_args.fnuz = p.format == Fp8Format::kE4M3FNUZ;
   prep_args.flag = flag;
-  int64_t full_tiles = 0;  // 128-row tiles of all operands
   auto add_operand = [&](const uint8_t* src, int64_t rows, int64_t s_row, int64_t s_k, size_t off) {
     prep::OperandJob& j = prep_args.op[prep_args.n_ops++];
     j.src = src; j.rows = rows; j.s_row = s_row; j.s_k = s_k; j.dst = at<void>(workspace, off);
-    prep::set_tiling(j, pl.k_kernel, prep::kTileRows);
-    full_tiles += j.tiles;
   };
   if (pl.convert_a) add_operand(p.a, p.m, p.a_stride_m, p.a_stride_k, pl.off_a);
   if (pl.convert_b) add_operand(p.b, p.n, p.b_stride_n, p.b_stride_k, pl.off_b);
-  int prep_ctas = 0;
-  const int copy_rows = prep::kmajor_copy_rows(full_tiles, sms, pl.f16);
-  for (int i = 0; i < prep_args.n_ops; ++i) {
-    prep::set_tiling(prep_args.op[i], pl.k_kernel, copy_rows);
-    prep_ctas += prep_args.op[i].tiles;
-  }
+  int prep_ctas = prep::tile_operand_jobs(prep_args, sms, pl.f16);
   int64_t scale_elems = 0;
   auto add_scales = [&](const float* src, int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, size_t off,
                         int64_t rows_pad, bool col_major) {

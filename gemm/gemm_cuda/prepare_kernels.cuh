@@ -315,6 +315,24 @@ inline void set_tiling(OperandJob& j, int64_t k_pad, int rows_per_cta) {
   j.tiles = j.tiles_k * int((j.rows + j.tile_rows - 1) / j.tile_rows);
 }
 
+// Tiles every operand job of `args` (src, rows, strides and args.k_pad set) and returns their CTAs. The
+// K-contiguous copies take kmajor_copy_rows' choice for the whole pass, or `rows_per_cta` when it is
+// non-zero (the probes' fixed tilings).
+inline int tile_operand_jobs(PrepareArgs& args, int sms, bool to_half, int rows_per_cta = 0) {
+  int64_t full_tiles = 0;  // 128-row tiles of all operands
+  for (int i = 0; i < args.n_ops; ++i) {
+    set_tiling(args.op[i], args.k_pad, kTileRows);
+    full_tiles += args.op[i].tiles;
+  }
+  const int rows = rows_per_cta > 0 ? rows_per_cta : kmajor_copy_rows(full_tiles, sms, to_half);
+  int ctas = 0;
+  for (int i = 0; i < args.n_ops; ++i) {
+    set_tiling(args.op[i], args.k_pad, rows);
+    ctas += args.op[i].tiles;
+  }
+  return ctas;
+}
+
 // kToHalf: operands become fp16 (the exact value of each fp8 byte, fn or fnuz) instead of fp8 bytes.
 // fp8 out: at least 6 CTAs (1536 threads) per SM, registers capped at 40 (the session-6 passes used 38);
 // fp16 out needs 47 without spilling: 5 CTAs.
