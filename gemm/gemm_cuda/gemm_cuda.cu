@@ -2,15 +2,17 @@
 //
 // Fast path: both operands K-major with 16-byte aligned rows, e4m3fn, per-row a_scale contiguous
 // along M with a 16-byte aligned K-block stride, b_scale contiguous along K, bf16 out row-major
-// with 16-byte aligned rows -> one GEMM kernel launch, nothing else.
+// with 16-byte aligned rows -> one GEMM kernel launch, nothing else. The decode kernel (M <= 64)
+// reads the scales and writes out with any strides, so it needs only the operand conditions.
 // Everything else is first brought into that form inside the caller's workspace (counted in the
 // call's time) by one preparation launch (prepare_kernels.cuh: operand transpose/pad/convert, scale
 // copies); rows of out that TMA cannot store go through a staging buffer and a copy.
-// See gemm/docs/cuda_sm90.md for the rules and the measured numbers.
+// See gemm/docs/cuda_sm90.md for the rules.
 #include "gemm_cuda.h"
 #include "gemm_cuda_config.h"
 #include "gemm_shape_dispatch.h"
 #include "prepare_kernels.cuh"
+#include "sm90_decode.h"
 #include "sm90_kernel_args.h"
 
 #include <cuda_runtime.h>
@@ -34,54 +36,31 @@ constexpr size_t align256(size_t x) { return (x + 255) & ~size_t{255}; }
 
 using prep::aligned16;
 
+// Tuned configurations of the 18 challenge benchmark shapes: the fastest correct configuration per
+// shape on an H200 (median kernel time, L2 flushed, K-major inputs). Produced and checked by
+// `python3 benchmarks/gemm_bench.py --tune` (one device call); shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
-// Tuned configurations: the fastest correct configuration of each challenge benchmark shape in the
-// H200 sweeps of 2026-11-30 (benchmarks/gemm_h200.py --sweep [--hand-sweep]; median of do_bench with
-// L2 flushed, K-major inputs): the CUTLASS kernels of session 1 against the hand-written ones
-// (sm90_hand_kernel.cuh). Times (ours, and CUTLASS's best in brackets where ours won) are from the
-// 10:09 UTC sweep, the last two entries from the 10:16 UTC sweep after the stream-K build got the
-// data-parallel main loop (benchmarks/results/gemm_h200_sweep.json); where runs disagreed (the H200s
-// differ by up to +-5 % between machines) the entry is the one that won more runs, CUTLASS on a tie.
-// * = session 3 (benchmarks/results/gemm_h200_probes/streamk_plan.txt, 11:32 UTC): once stream-K
-// splits only the partial wave (sm90_kernel_args.h, stream_k_partial_wave_only), the hand-written
-// stream-K kernel beat its own data-parallel build, which had tied CUTLASS's stream-K kernel (the
-// previous entry) in the 10:23 UTC sweep (133.4 vs 133.8 us, 52.0 vs 52.3 us).
-// ** = session 4: the three-warpgroup 192x128 kernel beat the previous entry on these shapes in each of
-// four same-run comparisons (gemm_h200.py --compare, 3-5 rounds, benchmarks/results/gemm_h200_compare/
-// c2, c3, c5, c6); times are "ours (previous entry)" of c3.
-// *** = session 5: once the kernel computed its shared-memory descriptors in uniform registers (192x128:
-// 3-5 % faster, 128x128 0-3 %, benchmarks/results/gemm_h200_probes/ab_uniform_wg.txt), 192x128 with
-// rasterisation group 4 beat the 128x128 entry on these shapes in two same-run comparisons (session 4's
-// c5, and c11 of session 5, benchmarks/results/gemm_h200_compare/); times are c11's.
-// **** = session 6: the 192x144 tile (one wave of 128 tiles on this shape, against two of 128x128) in
-// two same-run comparisons (c13: 45.3 vs 52.4 us, c14: 45.0 vs 51.7; torch 48.7 / 48.6); times are c13's.
-// ***** = session 6: 192x128 data-parallel instead of 128x128 stream-K. Under do_bench the two tie: 348.3
-// vs 353.4 us in c15, 345.1 vs 336.5 in c11, 368.2 vs 377.6 in c9 (older kernel). Under 2 s of
-// back-to-back calls at the 700 W limit 192x128 was 3 % faster in both rounds: 357.3 / 357.7 vs 368.4 /
-// 368.0 us (benchmarks/results/gemm_h200_clocks_session6/); times are c15's.
-// Shapes not listed take choose_generic().
-// ------------------------------------------------------------------------------------------------
-using SV = Sm90Variant;
+using SK = Sm90Kernel;
 using SS = Sm90Split;
 constexpr TunedShape<Sm90Config> kTuned[] = {
-    {pack_shape(1024, 1536, 7168), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 27.0 us (CUTLASS 27.6)
-    {pack_shape(1024, 3072, 1536), {SV::kHand128x192, SS::kDataParallel, 1, 8, false}},         // 16.1 us (17.4)
-    {pack_shape(1024, 576, 7168), {SV::kHand128x64Db, SS::kDataParallel, 1, 8, false}},         // 20.7 us (22.8)
-    {pack_shape(1024, 7168, 256), {SV::kPingpong64x128, SS::kDataParallel, 1, 1, false}},       // 13.2 us
-    {pack_shape(1024, 7168, 2048), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 33.8 us (34.9)
-    {pack_shape(1024, 4608, 7168), {SV::kCoop128x128StreamK, SS::kStreamK, 1, 1, false}},       // 61.1 us
-    {pack_shape(1024, 7168, 2304), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},       // 36.8 us (37.7)
-    {pack_shape(1024, 512, 7168), {SV::kHand64x128Db, SS::kStreamK, 1, 8, false}},              // 18.2 us (22.4)
-    {pack_shape(1024, 4096, 512), {SV::kHand128x128Db, SS::kDataParallel, 1, 8, false}},        // 12.1 us (12.2)
-    {pack_shape(6144, 1536, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 121.0 us (123.8) **
-    {pack_shape(6144, 3072, 1536), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 53.6 us (53.6) **
-    {pack_shape(6144, 576, 7168), {SV::kHand192x144, SS::kDataParallel, 1, 4, false}},          // 45.3 us (52.4) ****
-    {pack_shape(6144, 7168, 256), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 35.5 us (40.7) **
-    {pack_shape(6144, 7168, 2048), {SV::kHand192x128, SS::kDataParallel, 1, 4, false}},         // 161.2 us (166.0) ***
-    {pack_shape(6144, 4608, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 348.3 us (353.4) *****
-    {pack_shape(6144, 7168, 2304), {SV::kHand192x128, SS::kDataParallel, 1, 4, false}},         // 182.1 us (185.3) ***
-    {pack_shape(6144, 512, 7168), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 41.1 us (50.3) **
-    {pack_shape(6144, 4096, 512), {SV::kHand192x128, SS::kDataParallel, 1, 8, false}},         // 32.7 us (34.3) **
+    {pack_shape(1024, 1536, 7168), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 3072, 1536), {SK::kTile128x192, SS::kDataParallel, 1, 4}},
+    {pack_shape(1024, 576, 7168), {SK::kTile128x64, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 7168, 256), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
+    {pack_shape(1024, 7168, 2048), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 4608, 7168), {SK::kTile128x192, SS::kStreamK, 1, 4}},
+    {pack_shape(1024, 7168, 2304), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 512, 7168), {SK::kTile64x128, SS::kStreamK, 1, 4}},
+    {pack_shape(1024, 4096, 512), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(6144, 1536, 7168), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
+    {pack_shape(6144, 3072, 1536), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(6144, 576, 7168), {SK::kTile192x144, SS::kDataParallel, 1, 4}},
+    {pack_shape(6144, 7168, 256), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(6144, 7168, 2048), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
+    {pack_shape(6144, 4608, 7168), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(6144, 7168, 2304), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
+    {pack_shape(6144, 512, 7168), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(6144, 4096, 512), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
 };
 static_assert(tuned_keys_unique(kTuned), "duplicate shape in the sm90 tuning table");
 
@@ -103,16 +82,7 @@ int device_sm_count() {
   return sms;
 }
 
-bool f16_variant(SV v) { return v == SV::kF16Coop128x128StreamK; }
-bool hand_variant(SV v) { return static_cast<int>(v) >= static_cast<int>(SV::kHand128x128Db); }
-bool swap_variant(SV v) { return v == SV::kSwap128x64StreamK; }
-// Kernels that honour KernelArgs::decomposition (the hand-written ones: data-parallel or stream-K).
-bool stream_k_variant(SV v) {
-  return v == SV::kCoop128x128StreamK || v == SV::kSwap128x64StreamK || v == SV::kF16Coop128x128StreamK ||
-         hand_variant(v);
-}
-
-// GEMM_CUDA_EXACT_ACCUMULATION=1: run the fp16 exact-accumulation variant (read per call, so a
+// GEMM_CUDA_EXACT_ACCUMULATION=1: run the fp16 exact-accumulation kernel (read per call, so a
 // process can switch; getenv is a few hundred ns).
 bool exact_accumulation_requested() {
   const char* v = std::getenv("GEMM_CUDA_EXACT_ACCUMULATION");
@@ -127,134 +97,92 @@ bool overlap_prep_allowed() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-Sm90Config choose_generic(const GemmProblem& p, bool exact) {
+Sm90Config make_config(SK kernel, SS split = SS::kDataParallel, int32_t splits = 1, int32_t group = 8) {
   Sm90Config c;
+  c.kernel = kernel;
+  c.split = split;
+  c.splits = splits;
+  c.group = group;
+  return c;
+}
+
+Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t sms = device_sm_count();
   const int64_t kb = p.k_blocks();
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128);  // 128x128 tiles
-  if (exact) {
-    c.variant = SV::kF16Coop128x128StreamK;
-    c.split = (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel;
-    return c;
+  if (exact) return make_config(SK::kCutlass128x128F16, (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel);
+  // Up to 64 rows the time is reading the weight once: the decode kernel streams it with every SM (its own
+  // cost model picks the rows per CTA and the K split). From 33 rows on, a weight of many rows (N >= 16384)
+  // goes to 64x128 tiles instead, whose A tile is read once per 128 weight rows rather than per 64 (H200:
+  // 64x36864x7168 78 against 91 us, 64x24576x1536 19.1 against 20.1); stream-K for a long K whose last
+  // wave of tiles is partial.
+  if (p.m <= sm90::kDecodeMaxM) {
+    if (p.m <= 32 || p.n < 16384) return make_config(SK::kDecode, SS::kSplitK, 0, 0);
+    const int64_t items = ceil_div(p.n, 128);
+    return make_config(SK::kTile64x128, kb >= 32 && items % sms != 0 ? SS::kStreamK : SS::kDataParallel);
   }
   if (p.m <= 128) {
-    // Decode and small-batch M (session 7, benchmarks/results/gemm_h200_compare/ c16-c18: DeepGEMM's M = 64
-    // and 128 shapes, M = 1 / 16 / 32, short-K and few-tile cases; 9-16 configurations each). These are
-    // bound by reading B, so what counts is how many SMs stream it: one tile row of the hand-written
-    // 64x128 (M <= 64) or 128x64 (M <= 128) kernel, which beat CUTLASS's swap-AB 128x64 (the previous
-    // rule for M <= 64) on every such shape. With a long K and too few tiles to keep a quarter (half) of
-    // the SMs busy, the K range is split: split-K 4 for 64x128 from 32 K blocks (17 tiles: 16.2 us against
-    // 20.2 data-parallel on 64x2112x7168), stream-K for 128x64 from 48 (33 tiles at K = 7168: 16.4
-    // against 19.8; but 24 tiles at K = 4096: 15.1 against 13.3 data-parallel). With more tiles,
-    // data-parallel (56 tiles at K = 16384: 45.1 us, stream-K 46.8). K <= 512: ping-pong 64x128 (all
-    // configurations within about 10 % there, torch as well).
-    const bool m64 = p.m <= 64;
-    const int64_t row_tiles = m64 ? ceil_div(p.n, 128) : ceil_div(p.n, 64);
-    c.max_swizzle = 8;
-    if (kb <= 4) {
-      c.variant = SV::kPingpong64x128;
-      c.max_swizzle = 1;
-    } else if (m64) {
-      c.variant = SV::kHand64x128Db;
-      if (kb >= 32 && row_tiles * 4 <= sms) {
-        c.split = SS::kSplitK;
-        c.splits = 4;
-      }
-    } else {
-      c.variant = SV::kHand128x64Db;
-      if (kb >= 48 && row_tiles * 2 <= sms) c.split = SS::kStreamK;
-    }
-    return c;
+    // Still bound by reading B: one row of 128x64 tiles; stream-K when a long K meets too few tiles to
+    // keep half of the SMs busy.
+    const int64_t row_tiles = ceil_div(p.n, 64);
+    return make_config(SK::kTile128x64, kb >= 48 && row_tiles * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
   }
-  // Rules read off the H200 sweeps (docs/cuda_sm90.md). The hand-written double-buffered 128x128
-  // kernel (sm90_hand_kernel.cuh) won most shapes; CUTLASS keeps short K with few tiles (ping-pong
-  // 64x128: its epilogue overlaps the other warpgroup's MMAs) and long K with a partial last wave
-  // (its stream-K build is faster than ours there); very few tiles and a long K -> our 64x128
-  // stream-K build (every SM busy, partial sums fixed up in the workspace).
+  // Work per CTA in 64x128 row-slices of a tile: 128x128 tiles are 2 slices, 192x128 3, 192x144 3.375;
+  // per wave of `sms` tiles, or for an even share plus half a slice of hand-over where the 128x128
+  // stream-K rule applies (a long K whose last wave is partial).
   const double waves = double(tiles) / double(sms);
   const double frac = waves - static_cast<double>(static_cast<int64_t>(waves));
-  const bool stream_k_128 = kb >= 32 && frac > 0.0 && frac < 0.6;  // the 128x128 stream-K rule below
-  // 192x128 (three math warpgroups) against 128x128: work per CTA in 64x128 row-slices of a tile, for
-  // whole waves (data-parallel), or for an even share plus half a slice of hand-over where the 128x128
-  // stream-K rule applies. Fewer slices -> 192x128; as many -> 192x128 (rasterisation group 4) up to
-  // K = 2304 (its fewer, larger tiles halve the per-tile prologue/epilogue share; measured at K = 1536,
-  // 2048 and 2304), the 128x128 kernel otherwise. This picks the measured winner on all 18 benchmark
-  // shapes (benchmarks/results/gemm_h200_compare/).
+  const bool stream_k_128 = kb >= 32 && frac > 0.0 && frac < 0.6;
   const int64_t tiles192 = ceil_div(p.m, 192) * ceil_div(p.n, 128);
   const double work192 = 3.0 * static_cast<double>(ceil_div(tiles192, sms));
   double work128 = 2.0 * static_cast<double>(ceil_div(tiles, sms));
   if (stream_k_128) work128 = std::min(work128, 2.0 * waves + 0.5);
-  // Where 128x128 needs stream-K to come out ahead, 192x128 data-parallel also takes up to 4 % more
-  // estimated work (the estimate leaves out stream-K's hand-over): 6144x4608x7168 is 27 against 26.7
-  // slices, and 192x128 tied under do_bench and was 3 % faster under sustained load
-  // (gemm_h200_clocks_session6/); 4096x2112x7168 is 9 against 8.74, and 192x128 took 107.7 us against
-  // 111.6 (ours) and 120.2 (CUTLASS) for 128x128 stream-K (compare c16).
+  // 192x128 also takes up to 4 % more estimated work where 128x128 would need stream-K (the estimate
+  // leaves out stream-K's hand-over), and up to 3 % more for a short K (<= 12 blocks), where its fewer,
+  // larger tiles amortise the per-tile prologue and epilogue better.
   const bool near_tie_with_stream_k = stream_k_128 && work192 > work128 && work192 <= 1.04 * work128;
-  // Short K (<= 12 blocks): per-tile prologue and epilogue weigh more, and 192x128 amortises them over
-  // 1.5x the rows; it also wins with up to 3 % more estimated work (c16: 4096x32768x512, 129 against 126
-  // slices, 148.3 against 162.3 us; 4096x24576x1536, 96 against 94, 286.6 against 297.2 us).
   const bool short_k_near_tie = kb <= 12 && work192 > work128 && work192 <= 1.03 * work128;
-  // 192x144 (same kernel, 144 columns): in the same units a tile is 3 x 144 / 128 = 3.375 slices. Taken
-  // only for a long K and when it saves at least 10 % of the per-CTA work against both others; e.g.
-  // 6144x576: 128 tiles (one wave) = 3.375, against 4 (128x128: 240 tiles, two waves) and 6 (192x128).
+  // At one or two K blocks the per-tile prologue and epilogue are most of the work: up to 15 % more
+  // (1024x7168x256: 9 against 8 slices, 12.3 against 12.8 us).
+  const bool tiny_k_near_tie = kb <= 2 && work192 > work128 && work192 <= 1.15 * work128;
+  // 192x144 only for a long K and when it saves at least 10 % of the per-CTA work against both others
+  // (6144x576: 128 tiles, one wave of 3.375 slices, against 4 for 128x128 and 6 for 192x128).
   const int64_t tiles144 = ceil_div(p.m, 192) * ceil_div(p.n, 144);
   const double work144 = 3.375 * static_cast<double>(ceil_div(tiles144, sms));
-  if (kb >= 16 && work144 < 0.9 * std::min(work128, work192)) {
-    c.variant = SV::kHand192x144;
-    c.max_swizzle = 8;
-  } else if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k || short_k_near_tie) {
-    c.variant = SV::kHand192x128;
-    c.max_swizzle = work192 == work128 ? 4 : 8;
-  } else if (kb <= 4 && tiles >= sms * 2) {
-    c.variant = SV::kHand128x128Db;
-    c.max_swizzle = 8;
-  } else if (kb <= 4) {
-    c.variant = SV::kPingpong64x128;
-  } else if (tiles * 4 <= sms && kb >= 16) {
-    c.variant = SV::kHand64x128Db;
-    c.split = SS::kStreamK;
-    c.max_swizzle = 8;
-  } else if (stream_k_128) {
-    // Ours when its stream-K splits only the partial wave (6144x{512,1536}x7168), CUTLASS's otherwise
-    // (1024x4608x7168: 61 vs 66 us).
-    if (sm90::stream_k_partial_wave_only(tiles, sms, kb)) {
-      c.variant = SV::kHand128x128Db;
-      c.max_swizzle = 8;
-    } else {
-      c.variant = SV::kCoop128x128StreamK;
-    }
-    c.split = SS::kStreamK;
-  } else {
-    c.variant = SV::kHand128x128Db;
-    c.max_swizzle = 8;
+  if (kb >= 16 && work144 < 0.9 * std::min(work128, work192)) return make_config(SK::kTile192x144);
+  if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k || short_k_near_tie ||
+      tiny_k_near_tie)
+    return make_config(SK::kTile192x128, SS::kDataParallel, 1, work192 == work128 ? 4 : 8);
+  // Very few tiles and a long K: every SM busy with 64x128 stream-K pieces.
+  if (tiles * 4 <= sms && kb >= 16) return make_config(SK::kTile64x128, SS::kStreamK);
+  if (stream_k_128) {
+    // The tile kernel's stream-K where it splits only the partial wave; CUTLASS's scheduler otherwise.
+    return sm90::stream_k_partial_wave_only(tiles, sms, kb) ? make_config(SK::kTile128x128, SS::kStreamK)
+                                                            : make_config(SK::kCutlass128x128, SS::kStreamK, 1, 1);
   }
-  return c;
+  return make_config(SK::kTile128x128);
 }
 
-// Entry points (sm90_kernel_args.h) of each Sm90Variant's translation unit: the one place that maps a
-// variant id to its code, for the workspace size, the launch and the override check. Empty for an id
-// that names no variant (4: the dropped swap-AB 128x192; anything out of range).
-struct VariantEntry {
+// Entry points (sm90_kernel_args.h) of the tile and CUTLASS kernels: the one place that maps a kernel id
+// to its code, for the workspace size and the launch. Empty for the decode kernel (its own interface,
+// sm90_decode.h) and for an id out of range.
+struct KernelEntry {
   size_t (*workspace_bytes)(const sm90::KernelArgs&) = nullptr;
   cudaError_t (*run)(const sm90::KernelArgs&, void*, size_t, cudaStream_t) = nullptr;
 };
 
-VariantEntry variant_entry(SV v) {
-#define FP8GEMM_ENTRY(name) VariantEntry{&sm90::name##_workspace_bytes, &sm90::name##_run}
-  switch (v) {
-    case SV::kCoop128x128StreamK: return FP8GEMM_ENTRY(coop128x128_sk);
-    case SV::kCoop128x128Cluster2: return FP8GEMM_ENTRY(coop128x128_c2);
-    case SV::kPingpong64x128: return FP8GEMM_ENTRY(pingpong64x128);
-    case SV::kSwap128x64StreamK: return FP8GEMM_ENTRY(swap128x64_sk);
-    case SV::kF16Coop128x128StreamK: return FP8GEMM_ENTRY(f16coop128x128_sk);
-    case SV::kHand128x128Db: return FP8GEMM_ENTRY(hand128x128db);
-    case SV::kHand128x128DbC2: return FP8GEMM_ENTRY(hand128x128dbc2);
-    case SV::kHand64x128Db: return FP8GEMM_ENTRY(hand64x128db);
-    case SV::kHand64x128DbC2: return FP8GEMM_ENTRY(hand64x128dbc2);
-    case SV::kHand128x192: return FP8GEMM_ENTRY(hand128x192);
-    case SV::kHand128x64Db: return FP8GEMM_ENTRY(hand128x64db);
-    case SV::kHand192x128: return FP8GEMM_ENTRY(hand192x128);
-    case SV::kHand192x144: return FP8GEMM_ENTRY(hand192x144);
+KernelEntry kernel_entry(SK k) {
+#define FP8GEMM_ENTRY(name) KernelEntry{&sm90::name##_workspace_bytes, &sm90::name##_run}
+  switch (k) {
+    case SK::kCutlass128x128: return FP8GEMM_ENTRY(cutlass128x128);
+    case SK::kCutlass128x128F16: return FP8GEMM_ENTRY(cutlass128x128_f16);
+    case SK::kTile128x128: return FP8GEMM_ENTRY(tile128x128);
+    case SK::kTile64x128: return FP8GEMM_ENTRY(tile64x128);
+    case SK::kTile128x192: return FP8GEMM_ENTRY(tile128x192);
+    case SK::kTile128x64: return FP8GEMM_ENTRY(tile128x64);
+    case SK::kTile192x128: return FP8GEMM_ENTRY(tile192x128);
+    case SK::kTile192x144: return FP8GEMM_ENTRY(tile192x144);
+    case SK::kDecode: break;
   }
 #undef FP8GEMM_ENTRY
   return {};
@@ -266,7 +194,8 @@ VariantEntry variant_entry(SV v) {
 // ------------------------------------------------------------------------------------------------
 struct Plan {
   Sm90Config cfg;
-  bool f16 = false;   // operands converted to fp16 (exact-accumulation variant)
+  bool f16 = false;     // operands converted to fp16 (exact-accumulation kernel)
+  bool decode = false;  // the decode kernel: scales and out with any strides, no scale copies or staging
   bool fnuz = false;  // e4m3fnuz bytes reinterpreted as e4m3fn (alpha = 1/4, +-240 fallback)
   bool convert_a = false, convert_b = false;  // transpose / pad / fnuz->fn into workspace
   int64_t k_kernel = 0;                       // K the kernel sees (k, or k padded to 16)
@@ -277,7 +206,8 @@ struct Plan {
   // Workspace offsets (bytes).
   size_t off_flag = 0, off_a = 0, off_b = 0, off_sfa = 0, off_sfb = 0, off_out = 0, off_kernel = 0;
   size_t kernel_ws = 0, total = 0;
-  sm90::KernelArgs args;  // pointers relative to a null workspace until bind()
+  sm90::KernelArgs args;  // pointers into the workspace are offsets until run_plan() rebases them
+  sm90::DecodeArgs decode_args;
 };
 
 // Effective leading dimension of a matrix for TMA: if it has one row the stride is never used,
@@ -309,8 +239,8 @@ bool block_scales_direct(int64_t nb, int64_t kb, int64_t s_nb, int64_t s_kb) {
 Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
   Plan pl;
   pl.cfg = cfg;
-  const bool swap = swap_variant(cfg.variant);
-  pl.f16 = f16_variant(cfg.variant);
+  pl.f16 = cfg.kernel == SK::kCutlass128x128F16;
+  pl.decode = cfg.kernel == SK::kDecode;
   // fp16 copies hold fnuz values exactly: no reinterpretation, no flag, no fallback.
   pl.fnuz = p.format == Fp8Format::kE4M3FNUZ && !pl.f16;
   const int64_t kb = p.k_blocks();
@@ -322,14 +252,14 @@ Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
   pl.k_kernel = (pl.convert_a || pl.convert_b) ? round_up(p.k, pl.f16 ? 8 : 16) : p.k;
   const size_t elem = pl.f16 ? 2 : 1;
 
-  pl.copy_sfa = !row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb);
+  pl.copy_sfa = !pl.decode && !row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb);
   pl.sfa_rows = pl.copy_sfa ? round_up(p.m, 4) : p.m;
-  pl.copy_sfb = !block_scales_direct(p.n_blocks(), kb, p.b_scale_stride_nb, p.b_scale_stride_kb);
+  pl.copy_sfb = !pl.decode && !block_scales_direct(p.n_blocks(), kb, p.b_scale_stride_nb, p.b_scale_stride_kb);
 
   const int64_t out_ld = effective_ld(p.m, p.out_stride_m, p.n, 8);
   const bool out_direct = p.out_stride_n == 1 && out_ld % 8 == 0 && out_ld >= p.n &&
                           aligned16(p.out);
-  pl.stage_out = !out_direct;
+  pl.stage_out = !pl.decode && !out_direct;
   pl.staged_ld = round_up(p.n, 8);
 
   // Workspace layout.
@@ -355,30 +285,35 @@ Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
   void* D = pl.stage_out ? reinterpret_cast<void*>(pl.off_out) : static_cast<void*>(p.out);
   const int64_t ldd = pl.stage_out ? pl.staged_ld : out_ld;
 
-  a.k = static_cast<int32_t>(pl.k_kernel);
-  if (!swap) {
-    a.m = static_cast<int32_t>(p.m); a.n = static_cast<int32_t>(p.n);
-    a.a = A; a.lda = lda; a.b = B; a.ldb = ldb;
-    a.sfa = SFA; a.sfa_ld = static_cast<int32_t>(sfa_ld); a.sfa_rows = static_cast<int32_t>(pl.sfa_rows);
-    a.sfb = SFB; a.sfb_ld = static_cast<int32_t>(sfb_ld); a.sfb_rows = static_cast<int32_t>(p.n_blocks());
-  } else {
-    // Transposed problem: out^T (n x m) = b (n x k) . a^T; out^T is column-major with ld = out's row stride.
-    a.m = static_cast<int32_t>(p.n); a.n = static_cast<int32_t>(p.m);
-    a.a = B; a.lda = ldb; a.b = A; a.ldb = lda;
-    a.sfa = SFB; a.sfa_ld = static_cast<int32_t>(sfb_ld); a.sfa_rows = static_cast<int32_t>(p.n_blocks());
-    a.sfb = SFA; a.sfb_ld = static_cast<int32_t>(sfa_ld); a.sfb_rows = static_cast<int32_t>(pl.sfa_rows);
+  const float alpha = pl.fnuz ? 0.25f : 1.0f;  // fnuz bits read as fn are 2x per operand
+  if (pl.decode) {
+    sm90::DecodeArgs& d = pl.decode_args;
+    d.m = static_cast<int32_t>(p.m); d.n = static_cast<int32_t>(p.n); d.k = static_cast<int32_t>(pl.k_kernel);
+    d.a = A; d.lda = lda; d.b = B; d.ldb = ldb;
+    d.sa = p.a_scale; d.sa_stride_m = p.a_scale_stride_m; d.sa_stride_kb = p.a_scale_stride_kb;
+    d.sb = p.b_scale; d.sb_stride_nb = p.b_scale_stride_nb; d.sb_stride_kb = p.b_scale_stride_kb;
+    d.out = p.out; d.out_stride_m = p.out_stride_m; d.out_stride_n = p.out_stride_n;
+    d.alpha = alpha;
+    d.rows_per_cta = cfg.group == 64 || cfg.group == 128 ? cfg.group : 0;
+    d.k_split = cfg.splits >= 1 && cfg.splits <= sm90::kDecodeMaxSplit ? cfg.splits : 0;
+    d.sm_count = device_sm_count();
+    pl.total = align256(off);
+    return pl;
   }
+  a.k = static_cast<int32_t>(pl.k_kernel);
+  a.m = static_cast<int32_t>(p.m); a.n = static_cast<int32_t>(p.n);
+  a.a = A; a.lda = lda; a.b = B; a.ldb = ldb;
+  a.sfa = SFA; a.sfa_ld = static_cast<int32_t>(sfa_ld); a.sfa_rows = static_cast<int32_t>(pl.sfa_rows);
+  a.sfb = SFB; a.sfb_ld = static_cast<int32_t>(sfb_ld); a.sfb_rows = static_cast<int32_t>(p.n_blocks());
   a.d = D; a.ldd = ldd;
-  a.alpha = pl.fnuz ? 0.25f : 1.0f;  // fnuz bits read as fn are 2x per operand
+  a.alpha = alpha;
   a.decomposition = static_cast<sm90::Decomposition>(cfg.split);
   a.splits = std::max<int32_t>(1, cfg.splits);
-  a.max_swizzle = std::max<int32_t>(1, cfg.max_swizzle);
-  a.raster_along_n = cfg.raster_along_n;
+  a.group = std::max<int32_t>(1, cfg.group);
   a.sm_count = device_sm_count();
-  if (!stream_k_variant(cfg.variant)) a.decomposition = sm90::Decomposition::kDataParallel;
   pl.args = a;
 
-  const VariantEntry entry = variant_entry(cfg.variant);
+  const KernelEntry entry = kernel_entry(cfg.kernel);
   if (entry.workspace_bytes != nullptr) pl.kernel_ws = entry.workspace_bytes(a);
   pl.total = align256(off + pl.kernel_ws);
   return pl;
@@ -459,11 +394,6 @@ int grid_for(int64_t work, int64_t per_block, int sms) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ceil_div(work, per_block), int64_t(sms) * 8)));
 }
 
-cudaError_t launch_kernel(const Plan& pl, const sm90::KernelArgs& args, void* ws, size_t ws_bytes, cudaStream_t stream) {
-  const VariantEntry e = variant_entry(pl.cfg.variant);
-  return e.run != nullptr ? e.run(args, ws, ws_bytes, stream) : cudaErrorInvalidValue;
-}
-
 template <class T>
 T* at(void* base, size_t off) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(base) + off);
@@ -519,25 +449,30 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
   // Rebase workspace-relative pointers.
-  sm90::KernelArgs args = pl.args;
-  const bool swap = swap_variant(pl.cfg.variant);
   auto rebase = [&](const void* rel, bool in_ws) -> const void* {
     return in_ws ? static_cast<const void*>(static_cast<const uint8_t*>(workspace) + reinterpret_cast<uintptr_t>(rel))
                  : rel;
   };
-  const bool a_ws = swap ? pl.convert_b : pl.convert_a;
-  const bool b_ws = swap ? pl.convert_a : pl.convert_b;
-  const bool sfa_ws = swap ? pl.copy_sfb : pl.copy_sfa;
-  const bool sfb_ws = swap ? pl.copy_sfa : pl.copy_sfb;
-  args.a = rebase(args.a, a_ws);
-  args.b = rebase(args.b, b_ws);
-  args.sfa = static_cast<const float*>(rebase(args.sfa, sfa_ws));
-  args.sfb = static_cast<const float*>(rebase(args.sfb, sfb_ws));
-  args.d = const_cast<void*>(rebase(args.d, pl.stage_out));
-  args.overlap_previous = prep_ctas > 0 && overlap_prep_allowed();
-  void* kernel_ws = pl.kernel_ws > 0 ? at<void>(workspace, pl.off_kernel) : nullptr;
-
-  if ((err = launch_kernel(pl, args, kernel_ws, pl.kernel_ws, stream)) != cudaSuccess) return err;
+  const bool overlap = prep_ctas > 0 && overlap_prep_allowed();
+  if (pl.decode) {
+    sm90::DecodeArgs d = pl.decode_args;
+    d.a = rebase(d.a, pl.convert_a);
+    d.b = rebase(d.b, pl.convert_b);
+    d.overlap_previous = overlap;
+    err = sm90::decode_run(d, stream);
+  } else {
+    sm90::KernelArgs args = pl.args;
+    args.a = rebase(args.a, pl.convert_a);
+    args.b = rebase(args.b, pl.convert_b);
+    args.sfa = static_cast<const float*>(rebase(args.sfa, pl.copy_sfa));
+    args.sfb = static_cast<const float*>(rebase(args.sfb, pl.copy_sfb));
+    args.d = const_cast<void*>(rebase(args.d, pl.stage_out));
+    args.overlap_previous = overlap;
+    void* kernel_ws = pl.kernel_ws > 0 ? at<void>(workspace, pl.off_kernel) : nullptr;
+    const KernelEntry e = kernel_entry(pl.cfg.kernel);
+    err = e.run != nullptr ? e.run(args, kernel_ws, pl.kernel_ws, stream) : cudaErrorInvalidValue;
+  }
+  if (err != cudaSuccess) return err;
 
   if (pl.stage_out) {
     copy_out_kernel<<<grid_for(p.m * p.n, 256, sms), 256, 0, stream>>>(at<uint16_t>(workspace, pl.off_out), p.m,
@@ -552,36 +487,48 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
 }
 
 bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
-  if (variant_entry(cfg.variant).run == nullptr) return false;
   if (static_cast<int>(cfg.split) < 0 || static_cast<int>(cfg.split) > 3) return false;
-  (void)p;
-  return true;
+  if (cfg.kernel == SK::kDecode) return p.m <= sm90::kDecodeMaxM;
+  return kernel_entry(cfg.kernel).run != nullptr;
 }
 
-// GEMM_CUDA_CONFIG="variant,split,splits,swizzle" (integers: Sm90Variant, Sm90Split, split-K count,
-// rasterisation group/swizzle) forces one configuration: for tuning sweeps and for the tests that run
-// every kernel. A malformed or invalid value is ignored (the normal choice is made).
+const char* const kKernelNames[kSm90KernelCount] = {"cutlass128x128", "cutlass128x128_f16", "tile128x128",
+                                                    "tile64x128",     "tile128x192",        "tile128x64",
+                                                    "tile192x128",    "tile192x144",        "decode"};
+const char* const kSplitNames[] = {"dp", "splitk", "streamk", "heuristic"};
+
+// Index of the name that `text` starts with, followed by `sep`; -1 if none.
+template <size_t N>
+int parse_name(const char*& text, const char* const (&names)[N], char sep) {
+  for (size_t i = 0; i < N; ++i) {
+    const size_t len = std::strlen(names[i]);
+    if (std::strncmp(text, names[i], len) == 0 && text[len] == sep) {
+      text += len + (sep != '\0');
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+// GEMM_CUDA_CONFIG="kernel,split,splits,group" forces one configuration (a tuning tool; see
+// docs/cuda_sm90.md): kernel one of kKernelNames, split one of dp / splitk / streamk / heuristic, splits
+// and group integers (1-256; decode: splits = CTAs per weight tile along K, group = weight rows per CTA).
+// A malformed value, or one the problem cannot run, is ignored and the normal choice is made.
 bool config_override(const GemmProblem& p, Sm90Config& c) {
   const char* v = std::getenv("GEMM_CUDA_CONFIG");
   if (v == nullptr || v[0] == '\0') return false;
-  long f[4] = {0, 0, 1, 1};
-  const char* q = v;
-  for (int i = 0; i < 4; ++i) {
+  const int kernel = parse_name(v, kKernelNames, ',');
+  const int split = kernel < 0 ? -1 : parse_name(v, kSplitNames, ',');
+  if (split < 0) return false;
+  long f[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
     char* end = nullptr;
-    f[i] = std::strtol(q, &end, 10);
-    if (end == q) return false;
-    q = end;
-    if (i < 3) {
-      if (*q != ',') return false;
-      ++q;
-    }
+    f[i] = std::strtol(v, &end, 10);
+    if (end == v || *end != (i == 0 ? ',' : '\0') || f[i] < 1 || f[i] > 256) return false;
+    v = end + 1;
   }
-  if (*q != '\0' || f[2] < 1 || f[2] > 64 || f[3] < 1 || f[3] > 64) return false;
-  Sm90Config o;
-  o.variant = static_cast<Sm90Variant>(f[0]);
-  o.split = static_cast<Sm90Split>(f[1]);
-  o.splits = static_cast<int32_t>(f[2]);
-  o.max_swizzle = static_cast<int32_t>(f[3]);
+  const Sm90Config o = make_config(static_cast<SK>(kernel), static_cast<SS>(split), static_cast<int32_t>(f[0]),
+                                   static_cast<int32_t>(f[1]));
   if (!config_valid(p, o)) return false;
   c = o;
   return true;
@@ -598,6 +545,11 @@ Sm90Config choose_config(const GemmProblem& p) {
 }
 
 Sm90Config choose_generic_config(const GemmProblem& p) { return choose_generic(p, false); }
+
+const char* kernel_name(Sm90Kernel k) {
+  const int i = static_cast<int>(k);
+  return i >= 0 && i < kSm90KernelCount ? kKernelNames[i] : "unknown";
+}
 
 size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg) {
   if (!problem_valid(p) || !config_valid(p, cfg)) return 0;

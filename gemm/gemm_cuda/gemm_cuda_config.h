@@ -1,5 +1,4 @@
 // Kernel configurations of the sm90 backend and the shape-keyed tuning table's entry type.
-// Also used by the standalone harness (tools) to time every configuration of a shape.
 #pragma once
 
 #include <cstddef>
@@ -11,48 +10,48 @@
 
 namespace fp8gemm::cuda {
 
-enum class Sm90Variant : int32_t {
-  kCoop128x128StreamK = 0,  // cooperative 128x128x128, Stream-K capable scheduler
-  kCoop128x128Cluster2 = 1, // cooperative 128x128x128, 2x1 cluster (multicast), persistent
-  kPingpong64x128 = 2,      // ping-pong 64x128x128, persistent
-  kSwap128x64StreamK = 3,   // swap-AB (kernel M = caller N) 128x64x128, Stream-K capable
-  // 4 was a swap-AB 128x192 variant: it spilled registers and lost every benchmark shape (dropped).
-  // Exact-accumulation path: operands converted to fp16 (exact), fp16 wgmma with fp32 accumulation,
-  // cooperative 128x128x128, Stream-K capable. Selected by GEMM_CUDA_EXACT_ACCUMULATION=1.
-  kF16Coop128x128StreamK = 5,
-  // Hand-written kernels (sm90_hand_kernel.cuh); Sm90Split kDataParallel or kStreamK.
-  kHand128x128Db = 6,  // sm90_hand128x128db.cu
-  kHand128x128DbC2 = 7,  // sm90_hand128x128dbc2.cu
-  kHand64x128Db = 8,  // sm90_hand64x128db.cu
-  kHand64x128DbC2 = 9,  // sm90_hand64x128dbc2.cu
-  kHand128x192 = 10,  // sm90_hand128x192.cu
-  kHand128x64Db = 11,  // sm90_hand128x64db.cu
-  kHand192x128 = 12,  // sm90_hand192x128.cu (three math warpgroups)
-  kHand192x144 = 13,  // sm90_hand192x144.cu (three math warpgroups)
-  // 14 was a 128x96 double-buffered tile: 1-18 % slower than 128x128 on five M = 1024 shapes (compare c14; dropped).
+// The kernels the launcher can run. The tile kernels are sm90_tile_kernel.cuh, one .cu per tile shape;
+// the CUTLASS ones sm90_cutlass_kernel.cuh; decode is sm90_decode.cu.
+enum class Sm90Kernel : int32_t {
+  kCutlass128x128 = 0,     // CUTLASS cooperative 128x128, stream-K scheduler
+  kCutlass128x128F16 = 1,  // the same on fp16 operands: the exact-accumulation path
+  kTile128x128 = 2,
+  kTile64x128 = 3,
+  kTile128x192 = 4,
+  kTile128x64 = 5,
+  kTile192x128 = 6,
+  kTile192x144 = 7,
+  kDecode = 8,  // M <= 64: weight rows on the wgmma's M side, K split across a cluster
 };
+constexpr int kSm90KernelCount = 9;
 
-// Mirrors sm90::Decomposition.
+// How a kernel splits its work. The tile and CUTLASS kernels: data-parallel tiles, split-K (`splits`
+// equal K ranges per tile) or stream-K. The decode kernel: `splits` CTAs per weight tile along K
+// (0 = its cost model chooses).
 enum class Sm90Split : int32_t { kDataParallel = 0, kSplitK = 1, kStreamK = 2, kHeuristic = 3 };
 
 struct Sm90Config {
-  Sm90Variant variant = Sm90Variant::kCoop128x128StreamK;
+  Sm90Kernel kernel = Sm90Kernel::kTile128x128;
   Sm90Split split = Sm90Split::kDataParallel;
-  int32_t splits = 1;       // for kSplitK
-  int32_t max_swizzle = 1;  // CTA rasterisation swizzle (1, 2, 4, 8)
-  bool raster_along_n = false;
+  int32_t splits = 1;
+  // Tile kernels: rasterisation group (M blocks per group, 1-64). Decode: weight rows per CTA (64 or
+  // 128; anything else lets its cost model choose).
+  int32_t group = 8;
 };
 
-// The configuration gemm() would use for p: the tuned table entry when (M, N, K) is in it, else the
-// generic heuristic; with the environment variable GEMM_CUDA_EXACT_ACCUMULATION=1 the fp16
-// exact-accumulation variant (see docs/cuda_sm90.md, "Accuracy").
+// The name GEMM_CUDA_CONFIG and the benchmarks use for a kernel ("tile128x128", "decode", ...).
+const char* kernel_name(Sm90Kernel k);
+
+// The configuration gemm() uses for p: GEMM_CUDA_CONFIG when set and valid (a tuning tool, see
+// docs/cuda_sm90.md), the fp16 exact-accumulation kernel under GEMM_CUDA_EXACT_ACCUMULATION=1, the tuned
+// table entry when (M, N, K) is in it, else the generic rules.
 Sm90Config choose_config(const GemmProblem& p);
 
 // The generic rules alone (no tuned table, no environment override): what a shape outside the table
 // gets. Exposed for the dispatch self-test (gemm/tests/sm90_dispatch_selftest.cu).
 Sm90Config choose_generic_config(const GemmProblem& p);
 
-// Same as workspace_bytes()/gemm() but with an explicit configuration (for tuning sweeps).
+// Same as workspace_bytes()/gemm() but with an explicit configuration (tuning sweeps, tests).
 size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg);
 cudaError_t gemm_with(const GemmProblem& p, const Sm90Config& cfg, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);

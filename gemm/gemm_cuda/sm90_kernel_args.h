@@ -13,42 +13,36 @@ namespace fp8gemm::cuda::sm90 {
 // How a Stream-K-capable kernel splits its work (mirrors CUTLASS's DecompositionMode).
 enum class Decomposition : int32_t { kDataParallel = 0, kSplitK = 1, kStreamK = 2, kHeuristic = 3 };
 
-// One GEMM as the CUTLASS kernels see it: both operands K-major fp8 e4m3fn (fp16 for the f16
-// variant), 16-byte aligned rows.
+// One GEMM as the kernels see it: both operands K-major fp8 e4m3fn (fp16 for the exact-accumulation
+// kernel), 16-byte aligned rows.
 //   d[m, n] = bf16( alpha * sum_kb sfa[m, kb] * sfb[n / 128, kb] * sum_k a[m, k] * b[n, k] )
-// For the swap-AB kernels the caller passes the *transposed* problem (a <- b, b <- a, m <-> n) and
-// the kernel writes d column-major; see gemm_cuda.cu.
 struct KernelArgs {
   int32_t m = 0, n = 0, k = 0;
   const void* a = nullptr;      // (m, k), row stride lda elements
   int64_t lda = 0;
   const void* b = nullptr;      // (n, k), row stride ldb
   int64_t ldb = 0;
-  // Non-swap kernels: sfa = per-row scales, MN-major: sfa[m + kb * sfa_ld], sfa_rows >= m rows.
-  //                   sfb = per-128x128 scales, K-major: sfb[nb * sfb_ld + kb].
-  // Swap kernels (operands exchanged): sfa = per-128-block scales of the new "a" (K-major),
-  //                   sfb = per-row scales of the new "b" (MN-major).
-  // *_rows: number of scale entries along M/N (rows for per-row scales, 128-blocks for block scales).
+  // sfa = per-row scales, MN-major: sfa[m + kb * sfa_ld], sfa_rows >= m rows.
+  // sfb = per-128x128 scales, K-major: sfb[nb * sfb_ld + kb], sfb_rows 128-row blocks.
   const float* sfa = nullptr;
   int32_t sfa_ld = 0, sfa_rows = 0;
   const float* sfb = nullptr;
   int32_t sfb_ld = 0, sfb_rows = 0;
-  void* d = nullptr;            // bf16; row-major (m, n) with stride ldd, or column-major for swap
+  void* d = nullptr;            // bf16, row-major (m, n) with row stride ldd
   int64_t ldd = 0;
   float alpha = 1.0f;
   // Scheduling (ignored by kernels that are not Stream-K capable).
   Decomposition decomposition = Decomposition::kDataParallel;
   int32_t splits = 1;
-  int32_t max_swizzle = 1;
-  bool raster_along_n = false;
+  int32_t group = 1;  // rasterisation: M blocks per group (CUTLASS: its swizzle size)
   int32_t sm_count = 0;         // 0: ask the device
-  // Programmatic dependent launch (hand-written kernels only; CUTLASS's ignore it): the kernel may be
+  // Programmatic dependent launch (tile kernels only; CUTLASS's ignore it): the kernel may be
   // scheduled while the stream's previous kernel -- the launcher sets this only when that is its own
   // preparation pass -- finishes, and waits for it (griddepcontrol.wait) before touching global memory.
   bool overlap_previous = false;
 };
 
-// Stream-K plan of the hand-written kernels (sm90_hand_kernel.cuh, plan_split), shared with the
+// Stream-K plan of the tile kernels (sm90_tile_kernel.cuh, plan_split), shared with the
 // launcher's heuristic: with `items` work items on `slots` co-resident CTAs and `kb` K blocks per item,
 // only the partial last wave is split when each CTA's share of it is long (>= max(8, kb / 4) K blocks,
 // so that the fixup, one fp32 partial tile per contributor, stays small against it); the whole items
@@ -75,35 +69,26 @@ inline int64_t split_k_tail_splits(int64_t items, int64_t slots, int64_t kb) {
   return (kb + len - 1) / len;  // no empty piece
 }
 
-// Each kernel variant exposes the same three entry points.
-#define FP8GEMM_SM90_DECLARE_VARIANT(name)                                              \
+// Each kernel exposes the same three entry points.
+#define FP8GEMM_SM90_DECLARE_KERNEL(name)                                               \
   size_t name##_workspace_bytes(const KernelArgs& args);                                \
   bool name##_can_implement(const KernelArgs& args);                                    \
   cudaError_t name##_run(const KernelArgs& args, void* workspace, size_t workspace_bytes, \
                          cudaStream_t stream);
 
-// Cooperative 128x128x128 tile, cluster 1x1, Stream-K scheduler (data-parallel, split-K or
-// stream-K chosen at run time).
-FP8GEMM_SM90_DECLARE_VARIANT(coop128x128_sk)
-// Cooperative 128x128x128 tile, cluster 2x1 (B tile multicast to the pair), persistent scheduler.
-FP8GEMM_SM90_DECLARE_VARIANT(coop128x128_c2)
-// Ping-pong 64x128x128 tile (two consumer warpgroups on alternating tiles), persistent scheduler.
-FP8GEMM_SM90_DECLARE_VARIANT(pingpong64x128)
-// Swap-AB cooperative 128x64x128 for small M: the kernel's M is the caller's N.
-FP8GEMM_SM90_DECLARE_VARIANT(swap128x64_sk)
-// Exact accumulation: fp16 operands (a, b point at fp16 copies), cooperative 128x128x128, Stream-K.
-FP8GEMM_SM90_DECLARE_VARIANT(f16coop128x128_sk)
-// Hand-written DeepGEMM-style kernels (sm90_hand_kernel.cuh): persistent, TMA, wgmma, promotion per
-// 128-K block; decomposition kDataParallel or kStreamK (workspace only for stream-K). Non-swapped only.
-FP8GEMM_SM90_DECLARE_VARIANT(hand128x128db)
-FP8GEMM_SM90_DECLARE_VARIANT(hand128x128dbc2)
-FP8GEMM_SM90_DECLARE_VARIANT(hand64x128db)
-FP8GEMM_SM90_DECLARE_VARIANT(hand64x128dbc2)
-FP8GEMM_SM90_DECLARE_VARIANT(hand128x192)
-FP8GEMM_SM90_DECLARE_VARIANT(hand128x64db)
-FP8GEMM_SM90_DECLARE_VARIANT(hand192x128)
-FP8GEMM_SM90_DECLARE_VARIANT(hand192x144)
+// CUTLASS cooperative 128x128x128 with its stream-K scheduler (data-parallel, split-K or stream-K
+// chosen per call): fp8 operands, and fp16 operands for the exact-accumulation path.
+FP8GEMM_SM90_DECLARE_KERNEL(cutlass128x128)
+FP8GEMM_SM90_DECLARE_KERNEL(cutlass128x128_f16)
+// Hand-written kernels (sm90_tile_kernel.cuh): persistent, TMA, wgmma, promotion per 128-K block;
+// decomposition kDataParallel, kStreamK or kSplitK (workspace only when tiles are split).
+FP8GEMM_SM90_DECLARE_KERNEL(tile128x128)
+FP8GEMM_SM90_DECLARE_KERNEL(tile64x128)
+FP8GEMM_SM90_DECLARE_KERNEL(tile128x192)
+FP8GEMM_SM90_DECLARE_KERNEL(tile128x64)
+FP8GEMM_SM90_DECLARE_KERNEL(tile192x128)
+FP8GEMM_SM90_DECLARE_KERNEL(tile192x144)
 
-#undef FP8GEMM_SM90_DECLARE_VARIANT
+#undef FP8GEMM_SM90_DECLARE_KERNEL
 
 }  // namespace fp8gemm::cuda::sm90

@@ -1,7 +1,9 @@
 // Host-only checks of the sm90 backend's dispatch (gemm_cuda/gemm_cuda.cu) and work-split plans
 // (gemm_cuda/sm90_kernel_args.h), built with nvcc together with gemm_cuda.cu and run without a GPU by
-// test_sm90_dispatch.py. The kernel-variant entry points are stubs (nothing is launched). Prints
+// test_sm90_dispatch.py. The kernels' entry points are stubs (nothing is launched); the decode kernel's
+// plan (sm90_decode.h) is checked too. Prints
 // "ok <check>" or "FAIL <check>: <details>"; the exit status is the number of failed checks.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <set>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "gemm_cuda_config.h"
+#include "sm90_decode.h"
 #include "sm90_kernel_args.h"
 
 namespace fp8gemm::cuda::sm90 {
@@ -17,24 +20,21 @@ namespace fp8gemm::cuda::sm90 {
   size_t name##_workspace_bytes(const KernelArgs&) { return 0; }                                    \
   bool name##_can_implement(const KernelArgs&) { return false; }                                    \
   cudaError_t name##_run(const KernelArgs&, void*, size_t, cudaStream_t) { return cudaErrorNotSupported; }
-STUB(coop128x128_sk)
-STUB(coop128x128_c2)
-STUB(pingpong64x128)
-STUB(swap128x64_sk)
-STUB(f16coop128x128_sk)
-STUB(hand128x128db)
-STUB(hand128x128dbc2)
-STUB(hand64x128db)
-STUB(hand64x128dbc2)
-STUB(hand128x192)
-STUB(hand128x64db)
-STUB(hand192x128)
-STUB(hand192x144)
+STUB(cutlass128x128)
+STUB(cutlass128x128_f16)
+STUB(tile128x128)
+STUB(tile64x128)
+STUB(tile128x192)
+STUB(tile128x64)
+STUB(tile192x128)
+STUB(tile192x144)
 #undef STUB
+bool decode_can_implement(const DecodeArgs&) { return false; }
+cudaError_t decode_run(const DecodeArgs&, cudaStream_t) { return cudaErrorNotSupported; }
 }  // namespace fp8gemm::cuda::sm90
 
 using fp8gemm::GemmProblem;
-using fp8gemm::cuda::Sm90Variant;
+using fp8gemm::cuda::Sm90Kernel;
 using fp8gemm::cuda::sm90::split_k_tail_splits;
 
 namespace {
@@ -69,13 +69,13 @@ std::string name(const Shape& s) {
 
 // The generic rules pick 192x128 (192x144) on exactly the benchmark shapes whose tuned entry (the
 // measured winner) is 192x128 (192x144) -- the claim gemm_cuda.cu and docs/cuda_sm90.md make.
-void generic_rule_matches_table_on(Sm90Variant v, const char* tile, int expected, const char* check) {
+void generic_rule_matches_table_on(Sm90Kernel v, const char* tile, int expected, const char* check) {
   std::string err;
   int n = 0;
   for (const Shape& s : kBenchmarkShapes) {
     const GemmProblem p = problem(std::get<0>(s), std::get<1>(s), std::get<2>(s));
-    const bool table = fp8gemm::cuda::choose_config(p).variant == v;
-    const bool generic = fp8gemm::cuda::choose_generic_config(p).variant == v;
+    const bool table = fp8gemm::cuda::choose_config(p).kernel == v;
+    const bool generic = fp8gemm::cuda::choose_generic_config(p).kernel == v;
     n += table;
     if (table != generic)
       err += name(s) + (table ? " table " : " generic ") + tile + (table ? ", generic not; " : ", table not; ");
@@ -85,77 +85,98 @@ void generic_rule_matches_table_on(Sm90Variant v, const char* tile, int expected
   report(check, err);
 }
 
-// Shapes off the table: decode-sized M takes the 64-row tile; short-K tall shapes take 192x128 when its waves leave
+// Shapes off the table: decode-sized M takes the decode kernel; short-K tall shapes take 192x128 when its waves leave
 // each CTA no more work; a shape that is one wave of 128x128 tiles does not.
 void generic_rule_examples() {
   std::string err;
-  auto expect = [&](int64_t m, int64_t n, int64_t k, Sm90Variant v) {
-    if (fp8gemm::cuda::choose_generic_config(problem(m, n, k)).variant != v)
+  auto expect = [&](int64_t m, int64_t n, int64_t k, Sm90Kernel v) {
+    if (fp8gemm::cuda::choose_generic_config(problem(m, n, k)).kernel != v)
       err += std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " took variant " +
-             std::to_string(static_cast<int>(fp8gemm::cuda::choose_generic_config(problem(m, n, k)).variant)) + "; ";
+             std::to_string(static_cast<int>(fp8gemm::cuda::choose_generic_config(problem(m, n, k)).kernel)) + "; ";
   };
-  expect(7, 4096, 7168, Sm90Variant::kHand64x128Db);
+  expect(7, 4096, 7168, Sm90Kernel::kDecode);
+  expect(64, 4096, 300, Sm90Kernel::kDecode);
+  expect(65, 4096, 7168, Sm90Kernel::kTile128x64);
   // 48 x 56 tiles of 128x128 = 21 waves (42 row-slices per CTA), 32 x 56 of 192x128 = 14 waves (42),
   // K short: 192x128. At M = 6000 the 128x128 tiles need only 20 waves (40) and win.
-  expect(6100, 7100, 300, Sm90Variant::kHand192x128);
+  expect(6100, 7100, 300, Sm90Kernel::kTile192x128);
   // The same tie holds up to K = 2304 (18 K blocks, measured); beyond that the 128x128 kernel keeps it.
-  expect(6100, 7100, 2304, Sm90Variant::kHand192x128);
-  expect(6100, 7100, 2432, Sm90Variant::kHand128x128Db);
-  expect(6000, 7100, 300, Sm90Variant::kHand128x128Db);
-  expect(1000, 2000, 4000, Sm90Variant::kHand128x128Db);  // 128 tiles of 128x128: one wave
+  expect(6100, 7100, 2304, Sm90Kernel::kTile192x128);
+  expect(6100, 7100, 2432, Sm90Kernel::kTile128x128);
+  expect(6000, 7100, 300, Sm90Kernel::kTile128x128);
+  expect(1000, 2000, 4000, Sm90Kernel::kTile128x128);  // 128 tiles of 128x128: one wave
   // 192x144: 32 x 4 = 128 tiles, one wave (3.375 slices per CTA) against two waves of 128x128 (4); not
   // for a short K, nor where it saves less than 10 % (6144x512: 192x128 needs one wave of 3 slices).
-  expect(6144, 576, 7168, Sm90Variant::kHand192x144);
-  expect(6144, 576, 1920, Sm90Variant::kHand128x128Db);
-  expect(6144, 512, 7168, Sm90Variant::kHand192x128);
+  expect(6144, 576, 7168, Sm90Kernel::kTile192x144);
+  expect(6144, 576, 1920, Sm90Kernel::kTile128x128);
+  expect(6144, 512, 7168, Sm90Kernel::kTile192x128);
   report("generic_rule_examples", err);
 }
 
-// DeepGEMM's test shapes and other small-M shapes (off the table): the generic rule picks the
-// configuration that was fastest, or within the run's noise of it, in the same-run comparisons c16-c18
-// (benchmarks/results/gemm_h200_compare/), for the variant and its split.
+// DeepGEMM's test shapes and other small-M shapes (off the table): the kernel and split the generic rule
+// picks for each.
 void generic_rule_on_deepgemm_shapes() {
-  using SV = Sm90Variant;
+  using SK = Sm90Kernel;
   using SS = fp8gemm::cuda::Sm90Split;
   struct Case {
     int64_t m, n, k;
-    SV v;
+    SK kernel;
     SS split;
-    int splits;
   };
   const Case cases[] = {
-      {64, 2112, 7168, SV::kHand64x128Db, SS::kSplitK, 4},   {64, 24576, 1536, SV::kHand64x128Db, SS::kDataParallel, 1},
-      {64, 32768, 512, SV::kPingpong64x128, SS::kDataParallel, 1},
-      {64, 7168, 16384, SV::kHand64x128Db, SS::kDataParallel, 1},
-      {64, 4096, 7168, SV::kHand64x128Db, SS::kSplitK, 4},   {64, 7168, 2048, SV::kHand64x128Db, SS::kDataParallel, 1},
-      {128, 2112, 7168, SV::kHand128x64Db, SS::kStreamK, 1}, {128, 24576, 1536, SV::kHand128x64Db, SS::kDataParallel, 1},
-      {128, 32768, 512, SV::kPingpong64x128, SS::kDataParallel, 1},
-      {128, 7168, 16384, SV::kHand128x64Db, SS::kDataParallel, 1},
-      {128, 4096, 7168, SV::kHand128x64Db, SS::kStreamK, 1}, {128, 7168, 2048, SV::kHand128x64Db, SS::kDataParallel, 1},
-      // c18: few tiles and K = 4096 / 2048; M = 1 / 16 / 32 (the 64-row tile, split-K 4 from 32 K blocks).
-      {64, 1024, 4096, SV::kHand64x128Db, SS::kSplitK, 4},   {128, 1536, 4096, SV::kHand128x64Db, SS::kDataParallel, 1},
-      {64, 2112, 2048, SV::kHand64x128Db, SS::kDataParallel, 1},
-      {128, 2112, 2048, SV::kHand128x64Db, SS::kDataParallel, 1},
-      {1, 2112, 7168, SV::kHand64x128Db, SS::kSplitK, 4},    {16, 7168, 2048, SV::kHand64x128Db, SS::kDataParallel, 1},
-      {32, 4096, 7168, SV::kHand64x128Db, SS::kSplitK, 4},
-      {4096, 2112, 7168, SV::kHand192x128, SS::kDataParallel, 1},
-      {4096, 24576, 1536, SV::kHand192x128, SS::kDataParallel, 1},
-      {4096, 32768, 512, SV::kHand192x128, SS::kDataParallel, 1},
-      {4096, 4096, 7168, SV::kHand128x128Db, SS::kDataParallel, 1},
-      {4096, 7168, 2048, SV::kHand128x128Db, SS::kDataParallel, 1},
+      {64, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 24576, 1536, SK::kTile64x128, SS::kDataParallel},
+      {64, 32768, 512, SK::kTile64x128, SS::kDataParallel}, {64, 7168, 16384, SK::kDecode, SS::kSplitK},
+      {64, 36864, 7168, SK::kTile64x128, SS::kStreamK},    {32, 36864, 7168, SK::kDecode, SS::kSplitK},
+      {1, 2112, 7168, SK::kDecode, SS::kSplitK},           {16, 7168, 2048, SK::kDecode, SS::kSplitK},
+      {128, 2112, 7168, SK::kTile128x64, SS::kStreamK},    {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
+      {128, 32768, 512, SK::kTile128x64, SS::kDataParallel},
+      {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
+      {128, 4096, 7168, SK::kTile128x64, SS::kStreamK},    {128, 7168, 2048, SK::kTile128x64, SS::kDataParallel},
+      {128, 1536, 4096, SK::kTile128x64, SS::kDataParallel},
+      {4096, 2112, 7168, SK::kTile192x128, SS::kDataParallel},
+      {4096, 24576, 1536, SK::kTile192x128, SS::kDataParallel},
+      {4096, 32768, 512, SK::kTile192x128, SS::kDataParallel},
+      {4096, 4096, 7168, SK::kTile128x128, SS::kDataParallel},
+      {4096, 7168, 2048, SK::kTile128x128, SS::kDataParallel},
   };
   std::string err;
   for (const Case& c : cases) {
     const fp8gemm::cuda::Sm90Config got = fp8gemm::cuda::choose_generic_config(problem(c.m, c.n, c.k));
-    const int splits = got.split == SS::kSplitK ? got.splits : 1;
-    if (got.variant != c.v || got.split != c.split || splits != c.splits)
-      err += name({c.m, c.n, c.k}) + " took variant " + std::to_string(static_cast<int>(got.variant)) + " split " +
-             std::to_string(static_cast<int>(got.split)) + "x" + std::to_string(splits) + "; ";
+    if (got.kernel != c.kernel || got.split != c.split)
+      err += name({c.m, c.n, c.k}) + " took " + fp8gemm::cuda::kernel_name(got.kernel) + " split " +
+             std::to_string(static_cast<int>(got.split)) + "; ";
   }
-  // 4096x7168x16384: 128x128 stream-K (the dispatch was the fastest configuration there).
+  // 4096x7168x16384: 128x128 stream-K.
   const fp8gemm::cuda::Sm90Config big = fp8gemm::cuda::choose_generic_config(problem(4096, 7168, 16384));
-  if (big.split != SS::kStreamK || big.variant == SV::kHand192x128) err += "4096x7168x16384 not 128x128 stream-K; ";
+  if (big.split != SS::kStreamK || big.kernel == SK::kTile192x128) err += "4096x7168x16384 not 128x128 stream-K; ";
   report("generic_rule_on_deepgemm_shapes", err);
+}
+
+// The decode kernel's plan (sm90_decode.cu, decode_plan): on 132 SMs every plan has at most
+// kDecodeMaxSplit CTAs per tile and no CTA without K blocks; a forced rows / split is kept.
+void decode_plan_checks() {
+  using fp8gemm::cuda::sm90::DecodeArgs;
+  std::string err;
+  for (int64_t n : {1, 100, 576, 1536, 2112, 4096, 7168, 24576, 32768, 36864})
+    for (int64_t k : {16, 128, 512, 1536, 2048, 7168, 16384, 18432})
+      for (int m : {1, 8, 16, 33, 64}) {
+        DecodeArgs a;
+        a.m = m, a.n = static_cast<int32_t>(n), a.k = static_cast<int32_t>(k), a.sm_count = 132;
+        const DecodeArgs r = fp8gemm::cuda::sm90::decode_plan(a);
+        const int64_t kb = (k + 127) / 128;
+        const int64_t kb_per = (kb + r.k_split - 1) / r.k_split;
+        const bool rows_ok = r.rows_per_cta == 64 || r.rows_per_cta == 128;
+        const bool split_ok = r.k_split >= 1 && r.k_split <= fp8gemm::cuda::sm90::kDecodeMaxSplit &&
+                              (r.k_split - 1) * kb_per < kb;
+        if ((!rows_ok || !split_ok) && err.size() < 400)
+          err += name({m, n, k}) + ": rows " + std::to_string(r.rows_per_cta) + " split " +
+                 std::to_string(r.k_split) + "; ";
+      }
+  DecodeArgs forced;
+  forced.m = 4, forced.n = 7168, forced.k = 7168, forced.sm_count = 132, forced.rows_per_cta = 64, forced.k_split = 3;
+  const DecodeArgs f = fp8gemm::cuda::sm90::decode_plan(forced);
+  if (f.rows_per_cta != 64 || f.k_split != 3) err += "forced rows / split not kept; ";
+  report("decode_plan", err);
 }
 
 // split_k_tail_splits: the plan's invariants over a grid, and the benchmark cases it was measured on.
@@ -193,10 +214,11 @@ void split_k_tail() {
 }  // namespace
 
 int main() {
-  generic_rule_matches_table_on(Sm90Variant::kHand192x128, "192x128", 8, "generic_rule_matches_table_on_192x128");
-  generic_rule_matches_table_on(Sm90Variant::kHand192x144, "192x144", 1, "generic_rule_matches_table_on_192x144");
+  generic_rule_matches_table_on(Sm90Kernel::kTile192x128, "192x128", 9, "generic_rule_matches_table_on_192x128");
+  generic_rule_matches_table_on(Sm90Kernel::kTile192x144, "192x144", 1, "generic_rule_matches_table_on_192x144");
   generic_rule_examples();
   generic_rule_on_deepgemm_shapes();
+  decode_plan_checks();
   split_k_tail();
   return failures;
 }

@@ -206,34 +206,34 @@ def test_strided_output(shape, accumulation):
     run_and_check(*shape, FN, "k_major", seed=5, out_kind="strided", exact=accumulation == "exact")
 
 
-# The hand-written kernels (gemm_cuda/sm90_hand_kernel.cuh): data-parallel, stream-K and split-K (2, 3),
-# forced through GEMM_CUDA_CONFIG="variant,split,splits,group" (Sm90Variant / Sm90Split numbers) on shapes
-# with edge tiles in M and N, K tails, K < 128 (split-K then runs unsplit), tiles cut across 2-6 CTAs
-# (the fix-up path) and the workspace paths (MN-major inputs, fnuz, unaligned output rows). 6144x576x1536
-# has more tiles than SMs: the 128x128 stream-K builds (and the cluster one) split only its partial last
-# wave there (stream_k_partial_wave_only), the others one full wave as well. On 1900x2300x2000 every
-# build's stream-K request runs whole waves and then its partial wave (at most half of the SMs) as
-# split-K units at common K offsets (split_k_tail_splits).
-HAND_VARIANTS = {6: "128x128db", 7: "128x128db-c2", 8: "64x128db", 9: "64x128db-c2", 10: "128x192", 11: "128x64db",
-                  12: "192x128", 13: "192x144"}
-HAND_SHAPES = [(1, 576, 208), (127, 576, 2304), (130, 100, 100), (257, 129, 1000), (129, 4608, 7168),
+# The tile kernels (gemm_cuda/sm90_tile_kernel.cuh): data-parallel, stream-K and split-K (2, 3), forced
+# through GEMM_CUDA_CONFIG="kernel,split,splits,group" on shapes with edge tiles in M and N, K tails,
+# K < 128 (split-K then runs unsplit), tiles cut across 2-6 CTAs (the fix-up path) and the workspace
+# paths (MN-major inputs, fnuz, unaligned output rows). 6144x576x1536 has more tiles than SMs: the
+# 128x128 stream-K build splits only its partial last wave there (stream_k_partial_wave_only), the others
+# one full wave as well. On 1900x2300x2000 every stream-K request runs whole waves and then its partial
+# wave (at most half of the SMs) as split-K units at common K offsets (split_k_tail_splits).
+TILE_KERNELS = ["tile128x128", "tile64x128", "tile128x192", "tile128x64", "tile192x128", "tile192x144"]
+TILE_SHAPES = [(1, 576, 208), (127, 576, 2304), (130, 100, 100), (257, 129, 1000), (129, 4608, 7168),
                (384, 960, 4096), (1000, 192, 384), (6144, 576, 1536), (1900, 2300, 2000)]
-HAND_LAYOUTS = [("k_major", FN, "contiguous"), ("mn_major", FNUZ, "contiguous"), ("k_major", FNUZ, "strided"),
+TILE_LAYOUTS = [("k_major", FN, "contiguous"), ("mn_major", FNUZ, "contiguous"), ("k_major", FNUZ, "strided"),
                 ("mn_major", FN, "contiguous")]
+SPLITS = {"dp": "dp,1", "streamk": "streamk,1", "splitk2": "splitk,2", "splitk3": "splitk,3"}
 
 
-@pytest.mark.parametrize("split", ["0,1", "2,1", "1,2", "1,3"], ids=["dp", "streamk", "splitk2", "splitk3"])
-@pytest.mark.parametrize("variant", list(HAND_VARIANTS), ids=list(HAND_VARIANTS.values()))
-@pytest.mark.parametrize("shape", HAND_SHAPES, ids=_shape_id)
-def test_hand_written_kernels(shape, variant, split, monkeypatch):
-    monkeypatch.setenv("GEMM_CUDA_CONFIG", f"{variant},{split},8")
-    i = HAND_SHAPES.index(shape) + variant + int(split[0]) + int(split[2])
-    layout, dtype, out_kind = HAND_LAYOUTS[i % len(HAND_LAYOUTS)]
+@pytest.mark.parametrize("split", list(SPLITS))
+@pytest.mark.parametrize("kernel", TILE_KERNELS)
+@pytest.mark.parametrize("shape", TILE_SHAPES, ids=_shape_id)
+def test_tile_kernels(shape, kernel, split, monkeypatch):
+    monkeypatch.setenv("GEMM_CUDA_CONFIG", f"{kernel},{SPLITS[split]},8")
+    i = TILE_SHAPES.index(shape) + TILE_KERNELS.index(kernel) + list(SPLITS).index(split)
+    layout, dtype, out_kind = TILE_LAYOUTS[i % len(TILE_LAYOUTS)]
     run_and_check(*shape, dtype, layout, seed=i, out_kind=out_kind)
 
 
 def test_config_override_ignores_malformed_values(monkeypatch):
-    for bad in ("x", "6,0", "6,0,1,8,9", "99,0,1,8", "14,0,1,8", "6,0,0,8", "6;0;1;8"):
+    for bad in ("x", "tile128x128,dp", "tile128x128,dp,1,8,9", "tile99,dp,1,8", "tile128x128,dp,0,8", "tile128x128,dp,1,257",
+                "tile128x128;dp;1;8", "tile128x128,sideways,1,8", "decode,splitk,4,128"):  # decode: M > 64
         monkeypatch.setenv("GEMM_CUDA_CONFIG", bad)
         run_and_check(130, 100, 100, FN, "k_major", seed=1)
 

@@ -1,7 +1,7 @@
 """Host-only tests of the sm90 backend's dispatch rules and work-split plans, no GPU needed.
 
 sm90_dispatch_selftest.cu holds the checks; this builds it with nvcc together with
-gemm_cuda/gemm_cuda.cu (the launcher; kernel variants stubbed) and turns each "ok <check>" line into a
+gemm_cuda/gemm_cuda.cu (the launcher; the kernels stubbed) and turns each "ok <check>" line into a
 test. Skipped only where nvcc is not installed (the CI machine has it).
 """
 import os
@@ -14,7 +14,7 @@ from selftest_lines import assert_check_passed, assert_ran_exactly
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEMM = os.path.dirname(HERE)
 CHECKS = ["generic_rule_matches_table_on_192x128", "generic_rule_matches_table_on_192x144", "generic_rule_examples",
-          "generic_rule_on_deepgemm_shapes", "split_k_tail"]
+          "generic_rule_on_deepgemm_shapes", "decode_plan", "split_k_tail"]
 
 
 def _nvcc():

@@ -61,11 +61,13 @@ struct ManualBlockwiseMainloop {
       cute::identity>;
 };
 
-// Fp16Operands: the "exact accumulation" path (operands converted to fp16 by the launcher).
-template <int TileM, int TileN, int ClusterM, bool Pingpong, bool StreamK, bool SwapAB, bool Fp16Operands = false>
-struct BlockwiseVariant {
-  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::_128>;
-  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::_1, cute::_1>;
+// The cooperative 128x128x128 kernel with CUTLASS's stream-K scheduler (data-parallel, split-K or
+// stream-K per call). Fp16Operands: the "exact accumulation" path (operands converted to fp16 by the
+// launcher).
+template <bool Fp16Operands>
+struct CutlassCoop128x128 {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
 
   using ElementA = std::conditional_t<Fp16Operands, cutlass::half_t, cutlass::float_e4m3_t>;
   using ElementB = ElementA;
@@ -75,26 +77,20 @@ struct BlockwiseVariant {
   // Both operands K-major: A (m, k) row-major, B (n, k) is CUTLASS's column-major K x N.
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = cutlass::layout::ColumnMajor;
-  // Swap-AB writes the transposed problem, so its D is column-major.
-  using LayoutD = std::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignAB = 16 / static_cast<int>(sizeof(ElementA));  // elements in 16 bytes (TMA)
   static constexpr int kAlignD = 8;    // bf16 elements in 16 bytes (TMA store)
 
-  // Non-swap: A scales per row (granularity 1, MN-major: contiguous along M, loaded by TMA),
-  // B scales per 128x128 block (K-major, one float per K tile loaded by cp.async).
-  // Swap: the roles exchange.
-  using ScaleConfig = std::conditional_t<
-      SwapAB,
-      cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128, cute::GMMA::Major::K, cute::GMMA::Major::MN>,
-      cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, cute::GMMA::Major::MN, cute::GMMA::Major::K>>;
+  // A scales per row (granularity 1, MN-major: contiguous along M, loaded by TMA), B scales per
+  // 128x128 block (K-major, one float per K tile loaded by cp.async).
+  using ScaleConfig =
+      cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, cute::GMMA::Major::MN, cute::GMMA::Major::K>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-  using KernelSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
-                                            cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
-  using EpilogueSchedule = std::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using TileScheduler = std::conditional_t<StreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
 
   // D = alpha * acc (no C operand). alpha is 1, or 1/4 for converted e4m3fnuz inputs.
   using FusionOp = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
@@ -130,29 +126,16 @@ struct BlockwiseVariant {
     // descriptors need not accept).
     StrideA stride_a = make_stride(int64_t(p.lda), Int<1>{}, int64_t(p.lda) * p.m);
     StrideB stride_b = make_stride(int64_t(p.ldb), Int<1>{}, int64_t(p.ldb) * p.n);
-    StrideD stride_d;
-    if constexpr (SwapAB) {
-      stride_d = make_stride(Int<1>{}, int64_t(p.ldd), int64_t(p.ldd) * p.n);
-    } else {
-      stride_d = make_stride(int64_t(p.ldd), Int<1>{}, int64_t(p.ldd) * p.m);
-    }
+    StrideD stride_d = make_stride(int64_t(p.ldd), Int<1>{}, int64_t(p.ldd) * p.m);
 
     // Scale layouts with the caller's leading dimension (the compact helpers in CUTLASS assume
     // ld == rows; we allow padded ld so that TMA's 16-byte stride rule can be met in place).
-    LayoutSFA layout_sfa;
-    LayoutSFB layout_sfb;
-    if constexpr (SwapAB) {
-      // sfa: (rows / 128 blocks, kb) K-major; sfb: (rows, kb) MN-major.
-      layout_sfa = make_layout(make_shape(make_shape(Int<128>{}, p.sfa_rows), make_shape(Int<128>{}, kb), 1),
-                               make_stride(make_stride(_0{}, p.sfa_ld), make_stride(_0{}, _1{}), p.sfa_ld * p.sfa_rows));
-      layout_sfb = make_layout(make_shape(make_shape(Int<1>{}, p.sfb_rows), make_shape(Int<128>{}, kb), 1),
-                               make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, p.sfb_ld), p.sfb_ld * kb));
-    } else {
-      layout_sfa = make_layout(make_shape(make_shape(Int<1>{}, p.sfa_rows), make_shape(Int<128>{}, kb), 1),
-                               make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, p.sfa_ld), p.sfa_ld * kb));
-      layout_sfb = make_layout(make_shape(make_shape(Int<128>{}, p.sfb_rows), make_shape(Int<128>{}, kb), 1),
-                               make_stride(make_stride(_0{}, p.sfb_ld), make_stride(_0{}, _1{}), p.sfb_ld * p.sfb_rows));
-    }
+    const LayoutSFA layout_sfa =
+        make_layout(make_shape(make_shape(Int<1>{}, p.sfa_rows), make_shape(Int<128>{}, kb), 1),
+                    make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, p.sfa_ld), p.sfa_ld * kb));
+    const LayoutSFB layout_sfb =
+        make_layout(make_shape(make_shape(Int<128>{}, p.sfb_rows), make_shape(Int<128>{}, kb), 1),
+                    make_stride(make_stride(_0{}, p.sfb_ld), make_stride(_0{}, _1{}), p.sfb_ld * p.sfb_rows));
 
     typename Gemm::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -176,17 +159,15 @@ struct BlockwiseVariant {
     args.hw_info.sm_count = p.sm_count;
 
     using RasterOrder = typename cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params::RasterOrderOptions;
-    args.scheduler.max_swizzle_size = p.max_swizzle;
-    args.scheduler.raster_order = p.raster_along_n ? RasterOrder::AlongN : RasterOrder::AlongM;
-    if constexpr (StreamK) {
-      using Decomp = typename cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode;
-      args.scheduler.splits = p.splits;
-      switch (p.decomposition) {
-        case Decomposition::kSplitK: args.scheduler.decomposition_mode = Decomp::SplitK; break;
-        case Decomposition::kStreamK: args.scheduler.decomposition_mode = Decomp::StreamK; break;
-        case Decomposition::kHeuristic: args.scheduler.decomposition_mode = Decomp::Heuristic; break;
-        default: args.scheduler.decomposition_mode = Decomp::DataParallel; break;
-      }
+    args.scheduler.max_swizzle_size = p.group;
+    args.scheduler.raster_order = RasterOrder::AlongM;
+    using Decomp = typename cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode;
+    args.scheduler.splits = p.splits;
+    switch (p.decomposition) {
+      case Decomposition::kSplitK: args.scheduler.decomposition_mode = Decomp::SplitK; break;
+      case Decomposition::kStreamK: args.scheduler.decomposition_mode = Decomp::StreamK; break;
+      case Decomposition::kHeuristic: args.scheduler.decomposition_mode = Decomp::Heuristic; break;
+      default: args.scheduler.decomposition_mode = Decomp::DataParallel; break;
     }
     return args;
   }
@@ -214,9 +195,9 @@ struct BlockwiseVariant {
 
 }  // namespace fp8gemm::cuda::sm90
 
-#define FP8GEMM_SM90_DEFINE_VARIANT(name, ...)                                                       \
+#define FP8GEMM_SM90_CUTLASS_KERNEL(name, fp16_operands)                                              \
   namespace fp8gemm::cuda::sm90 {                                                                    \
-  using name##_type = BlockwiseVariant<__VA_ARGS__>;                                                  \
+  using name##_type = CutlassCoop128x128<fp16_operands>;                                              \
   size_t name##_workspace_bytes(const KernelArgs& a) { return name##_type::workspace_bytes(a); }      \
   bool name##_can_implement(const KernelArgs& a) { return name##_type::can_implement(a); }            \
   cudaError_t name##_run(const KernelArgs& a, void* ws, size_t ws_bytes, cudaStream_t s) {           \

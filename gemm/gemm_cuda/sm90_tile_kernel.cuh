@@ -12,7 +12,6 @@
 // * Persistent grid (one CTA per SM), tiles rasterised in groups of `group_m` M-blocks so that the CTAs
 //   running at one time share A and B tiles in L2; optionally the last waves split by K (stream-K) or
 //   every tile split by K (split-K), partial sums fixed up through the workspace (see Params).
-// * kCluster = 2: CTA pairs along M, each loading half of the shared B tile and multicasting it.
 // * Epilogue: bf16 into swizzled shared memory, then TMA stores (clipped at the matrix edge); the store
 //   drains while the warpgroup starts its next tile.
 // gemm/docs/cuda_sm90.md describes the design and what each choice measured on the H200.
@@ -21,185 +20,35 @@
 // from sm90::KernelArgs. Include from exactly one .cu per instantiation.
 #pragma once
 
-#include <cuda.h>          // CUtensorMap and its enums (types only: the driver is reached at run time)
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
-#include <cuda_runtime.h>
-
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
-#include "cute/arch/mma_sm90_gmma.hpp"
-#include "cute/arch/mma_sm90_gmma_ext.hpp"
-
 #include "sm90_kernel_args.h"
+#include "sm90_ptx.cuh"
 
-namespace fp8gemm::cuda::sm90::hand {
-
-constexpr int kBlockK = 128;           // = the quantisation block: one promotion per stage
-constexpr int kMaxSmemBytes = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
-
-// ------------------------------------------------------------------------------------------------
-// PTX wrappers
-// ------------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar_addr, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(bar_addr),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait(smem_addr(bar), parity); }
-__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-          smem_addr(dst)),
-      "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
-// Same, delivered to the same shared-memory offset (data and mbarrier) of every CTA in cta_mask.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0,
-                                                      int32_t c1, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%4, %5}], [%2], %3;" ::"r"(smem_addr(dst)),
-      "l"(map), "r"(smem_addr(bar)), "h"(cta_mask), "r"(c0), "r"(c1)
-      : "memory");
-}
-// Arrive on the mbarrier at the same offset in CTA `cta` of the cluster.
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(cta)
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
-               "r"(smem_addr(src)), "r"(c0), "r"(c1)
-               : "memory");
-}
-__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
-}
-// Generic-proxy writes (st.shared) -> async-proxy reads (TMA store).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// Pins a register to this point of the program: the wgmma asm "writes" its accumulators at issue, the
-// hardware at completion, so reads must not be hoisted above the wait (and writes not sunk below an issue).
-__device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-// Two floats -> packed bf16x2, round-to-nearest-even (lo in the low half).
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// wgmma shared-memory descriptor of a K-major tile stored with the 128-byte swizzle: rows of 128 bytes
-// (128 fp8 of K), 8-row core groups 1024 bytes apart. Advancing K by 32 bytes inside the swizzled row adds
-// 2 to the (16-byte unit) start address; the hardware applies the XOR on absolute address bits, which is
-// why every tile is 1024-byte aligned.
-__device__ __forceinline__ uint64_t smem_desc_k128b(const void* tile) {
-  const uint64_t addr = smem_addr(tile);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) /* LBO: unused for swizzled K-major */ |
-         (uint64_t{1024 >> 4} << 32) /* SBO */ | (uint64_t{1} << 62) /* SWIZZLE_128B */;
-}
-
-// m64nNk32 e4m3 x e4m3 -> f32 from CuTe's atoms (inline PTX, header-only).
-template <int N>
-struct Wgmma;
-#define FP8GEMM_HAND_WGMMA(N) \
-  template <>                 \
-  struct Wgmma<N> {           \
-    using Op = cute::SM90::GMMA::MMA_64x##N##x32_F32E4M3E4M3_SS_TN<>; \
-  };
-FP8GEMM_HAND_WGMMA(64)
-FP8GEMM_HAND_WGMMA(128)
-FP8GEMM_HAND_WGMMA(144)
-FP8GEMM_HAND_WGMMA(192)
-#undef FP8GEMM_HAND_WGMMA
-
-template <int N, size_t... I>
-__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float* d, bool accumulate, std::index_sequence<I...>) {
-  Wgmma<N>::Op::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
+namespace fp8gemm::cuda::sm90::tile {
 
 // ------------------------------------------------------------------------------------------------
 // Compile-time configuration and shared-memory plan
 // ------------------------------------------------------------------------------------------------
-template <int BN_, int kMathWGs_, bool kDoubleBuffer_, int kCluster_ = 1, bool kStreamK_ = false>
+template <int BN_, int kMathWGs_, bool kDoubleBuffer_, bool kStreamK_ = false>
 struct Cfg {
   // kStreamK: the kernel can also split tiles by K (see Params); compiled separately because the
   // extra live state costs the data-parallel main loop registers and speed.
   static constexpr bool kStreamK = kStreamK_;
   static constexpr int BN = BN_, kMathWGs = kMathWGs_;
   static constexpr bool kDoubleBuffer = kDoubleBuffer_;
-  // kCluster = 2: CTA pairs along M share each B tile; each CTA loads half of it and multicasts it.
-  static constexpr int kCluster = kCluster_;
-  static_assert(kCluster == 1 || kCluster == 2, "cluster of 1 or 2 CTAs");
-  static_assert(kCluster == 1 || (BN / 2) % 8 == 0, "B half-tiles must be whole 1024-byte swizzle atoms");
   static_assert(kMathWGs >= 1 && kMathWGs <= 3, "one to three math warpgroups");
   static constexpr int BM = 64 * kMathWGs;
   static constexpr int kThreads = 128 * (kMathWGs + 1);
   static constexpr int kAccRegs = BN / 2;  // fp32 per thread of m64nBN
   // Register split (setmaxnreg) with two or three math warpgroups: the producer drops to 40 (24, the
-  // minimum, with three and no cluster; the cluster producer spills below 40), the math warpgroups share
+  // minimum, with three), the math warpgroups share
   // the rest of the 512 registers per thread slot (multiples of 8, at most 232): 232 with two, 160
   // with three. With one math warpgroup (256 threads) every thread already has 255.
-  static constexpr int kProducerRegs = kMathWGs == 3 && kCluster == 1 ? 24 : 40;
+  static constexpr int kProducerRegs = kMathWGs == 3 ? 24 : 40;
   static constexpr int kMathRegsLeft = (512 - kProducerRegs) / kMathWGs / 8 * 8;
   static constexpr int kMathRegs = kMathRegsLeft > 232 ? 232 : kMathRegsLeft;
   // Epilogue panels: 64 bf16 columns (128-byte swizzle), 32 (64-byte swizzle) or 16 (32-byte swizzle).
@@ -241,15 +90,15 @@ struct Params {
   int32_t sfb_ld, sfb_rows;
   float alpha;
   int32_t group_m;  // rasterisation group (M blocks)
-  // Work split. Items [0, dp_items) are whole tiles (or CTA-pair tiles) handed out round-robin. The
+  // Work split. Items [0, dp_items) are whole tiles handed out round-robin. The
   // last sk_items items are split by K, in one of two ways:
   // * splits == 0 (stream-K): their sk_items * num_kb K blocks are cut into contiguous ranges of
-  //   sk_len, one per CTA (cluster); partial-sum slot = the CTA's (cluster's) index;
+  //   sk_len, one per CTA; partial-sum slot = the CTA's index;
   // * splits >= 2 (split-K): each item becomes `splits` units of sk_len K blocks, handed out
   //   round-robin like whole tiles (so that CTAs running together read the same K range of the
   //   operands: L2 hits); partial-sum slot of split s >= 1 of item i = i * (splits - 1) + s - 1.
   // A split item is finished by whoever holds its first K block; the others store their fp32 partial
-  // sums in `partials` (one BM x BN slot each, per CTA of a cluster) and raise their flag (one per
+  // sums in `partials` (one BM x BN slot each) and raise their flag (one per
   // slot and math warpgroup); the finisher waits for the flags and adds the slots.
   int32_t dp_items, sk_items, sk_len, splits;
   float* partials;
@@ -257,7 +106,7 @@ struct Params {
 };
 
 // Calls f(phase, t, kb_begin, kb_end, my_slot, contrib_first, contrib_count) for every piece of work of
-// this CTA (cluster) in order: K blocks [kb_begin, kb_end) of item t; phase is std::false_type for
+// this CTA in order: K blocks [kb_begin, kb_end) of item t; phase is std::false_type for
 // whole items, std::true_type for the split ones (see Params for the slots). The producer and the math
 // warpgroups walk the same sequence.
 template <bool kStreamK, class F>
@@ -275,7 +124,7 @@ __device__ __forceinline__ void for_each_piece(const Params& p, int first_item, 
       const int total = p.sk_items * num_kb;
       for (int pos = first_item * p.sk_len, end = min(pos + p.sk_len, total); pos < end;) {
         const int local = pos / num_kb, kb0 = pos - local * num_kb, kb1 = min(num_kb, kb0 + (end - pos));
-        // The finisher of `local` adds the clusters whose ranges start inside it.
+        // The finisher of `local` adds the CTAs whose ranges start inside it.
         const int tile_end = (local + 1) * num_kb;
         const int n_contrib = max(0, min(item_stride, (tile_end + p.sk_len - 1) / p.sk_len) - (first_item + 1));
         f(std::true_type{}, p.dp_items + local, kb0, kb1, first_item, first_item + 1, n_contrib);
@@ -333,21 +182,16 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   const int tid = threadIdx.x % 128;
   const int num_m = (p.m + C::BM - 1) / C::BM, num_n = (p.n + C::BN - 1) / C::BN;
   const int num_kb = (p.k + kBlockK - 1) / kBlockK;
-  // With clusters, a work item is a pair of M-adjacent tiles with the same N block (one per CTA);
-  // a CTA whose M block falls off the matrix still loads (zeros) and stores nothing (TMA clips).
-  const uint32_t rank = C::kCluster == 1 ? 0u : cluster_ctarank();
-  const int num_mw = (num_m + C::kCluster - 1) / C::kCluster;
-  const int first_item = blockIdx.x / C::kCluster, item_stride = gridDim.x / C::kCluster;
+  const int first_item = blockIdx.x, item_stride = gridDim.x;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], C::kCluster * C::kMathWGs * 4);  // one arrival per math warp of each CTA
+      mbar_init(&empty[s], C::kMathWGs * 4);  // one arrival per math warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if constexpr (C::kCluster > 1) cluster_sync();  // peers' barriers exist before any multicast / remote arrive
-  else __syncthreads();
+  __syncthreads();
   // Launched as a programmatic dependent of the preparation pass (KernelArgs::overlap_previous), the
   // set-up above overlaps that kernel's tail; nothing below may read its outputs (or write anything)
   // before it has completed. Without the launch attribute this returns at once.
@@ -366,20 +210,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // Same order of work as the math warpgroups (see the bottom of the kernel).
       auto produce = [&](const int t, const int kb_begin, const int kb_end) {
         int mw, nb;
-        tile_coords(t, num_mw, num_n, p.group_m, mw, nb);
-        const int m0 = (mw * C::kCluster + int(rank)) * C::BM, n0 = nb * C::BN;
+        tile_coords(t, num_m, num_n, p.group_m, mw, nb);
+        const int m0 = mw * C::BM, n0 = nb * C::BN;
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           mbar_wait(&empty[s], phase ^ 1);
           mbar_arrive_expect_tx(&full[s], C::kStageBytes);
-          uint8_t* b_stage = smem + C::kOffB + s * C::kBBytes;
           tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
-          if constexpr (C::kCluster == 1) {
-            tma_load_2d(b_stage, &map_b, &full[s], kb * kBlockK, n0);
-          } else {
-            constexpr int kHalf = C::BN / 2;
-            tma_load_2d_multicast(b_stage + rank * kHalf * kBlockK, &map_b, &full[s], kb * kBlockK,
-                                  n0 + int(rank) * kHalf, uint16_t(0x3));
-          }
+          tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, n0);
           tma_load_2d(smem + C::kOffSfa + s * C::kSfaBytes, &map_sfa, &full[s], m0, kb);
           if (++s == C::kStages) { s = 0; phase ^= 1; }
         }
@@ -419,8 +256,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                        const int contrib_first, const int contrib_count) {
       constexpr bool kSk = decltype(sk_phase)::value;
       int mwi, nb;
-      tile_coords(t, num_mw, num_n, p.group_m, mwi, nb);
-      const int m0 = (mwi * C::kCluster + int(rank)) * C::BM, n0 = nb * C::BN;
+      tile_coords(t, num_m, num_n, p.group_m, mwi, nb);
+      const int m0 = mwi * C::BM, n0 = nb * C::BN;
       // b_scale blocks under this tile: cols [0, split) use block n0/128, the rest the next one.
       const int nblk = n0 / 128;
       const int split = 128 - (n0 % 128);
@@ -471,17 +308,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
         sc[0] = sa0 * sb0, sc[1] = sa1 * sb0, sc[2] = sa0 * sb1, sc[3] = sa1 * sb1;
       };
-      // After d's wgmmas completed: release the stage (in every CTA of the cluster), promote d into acc.
+      // After d's wgmmas completed: release the stage, promote d into acc.
       auto promote = [&](const float* d, const float* sc, int stage) {
         __syncwarp();
-        if (lane == 0) {
-          if constexpr (C::kCluster == 1) {
-            mbar_arrive(&empty[stage]);
-          } else {
-#pragma unroll
-            for (uint32_t c = 0; c < uint32_t(C::kCluster); ++c) mbar_arrive_cluster(&empty[stage], c);
-          }
-        }
+        if (lane == 0) mbar_arrive(&empty[stage]);
         // kSplit: first column under the next b_scale block, as a constant so that each column group's
         // factor is chosen at compile time (a run-time choice cost two compares and selects per group).
         auto fma_all = [&](auto split_c) {
@@ -557,22 +387,20 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // ---- stream-K: hand a partial tile over, or collect the others' partials ----
       if (sk_contributor) {
         // Not the tile's first K block: publish the fp32 partial sums (fragment order, coalesced).
-        const int cta_slot = my_slot * C::kCluster + int(rank);  // each CTA of a cluster has its own
-        float4* slot = reinterpret_cast<float4*>(p.partials) + (size_t(cta_slot) * C::kMathWGs + mw) * (R / 4) * 128;
+        float4* slot = reinterpret_cast<float4*>(p.partials) + (size_t(my_slot) * C::kMathWGs + mw) * (R / 4) * 128;
 #pragma unroll
         for (int i = 0; i < R / 4; ++i)
           __stcg(slot + i * 128 + tid, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
         named_barrier(1 + mw, 128);
         if (tid == 0) {
           __threadfence();
-          st_release(p.flags + cta_slot * C::kMathWGs + mw, 1u);
+          st_release(p.flags + my_slot * C::kMathWGs + mw, 1u);
         }
         return;
       }
       if (sk_owner) {
         // First K blocks of a split tile: add the partials of every CTA whose range starts inside it.
-        for (int c = contrib_first; c < contrib_first + contrib_count; ++c) {
-          const int cta = c * C::kCluster + int(rank);  // the same-rank CTA's slot
+        for (int cta = contrib_first; cta < contrib_first + contrib_count; ++cta) {
           if (tid == 0) {
             uint32_t* flag = p.flags + cta * C::kMathWGs + mw;
             while (ld_acquire(flag) == 0u) {
@@ -616,44 +444,12 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, process);
     if (tid == 0) tma_store_wait_all();
   }
-  // No CTA leaves while its peer may still arrive on its barriers.
-  if constexpr (C::kCluster > 1) {
-    __syncwarp();
-    cluster_sync();
-  }
 #endif
 }
 
 // ------------------------------------------------------------------------------------------------
 // Host side
 // ------------------------------------------------------------------------------------------------
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// 2D map over a row-major (rows, cols) matrix with row stride ld (elements); box (box_cols, box_rows).
-inline bool make_map_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base, int64_t rows,
-                        int64_t cols, int64_t ld, int box_rows, int box_cols, CUtensorMapSwizzle swizzle) {
-  auto encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld) * cuuint64_t(elem_bytes)};
-  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
-  const cuuint32_t estride[2] = {1, 1};
-  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 static_assert(CU_TENSOR_MAP_SWIZZLE_32B == 1 && CU_TENSOR_MAP_SWIZZLE_64B == 2 && CU_TENSOR_MAP_SWIZZLE_128B == 3,
               "Cfg::kPanelSwizzleB is passed to the TMA store map as a CUtensorMapSwizzle");
 
@@ -664,7 +460,7 @@ inline bool splits_k(const KernelArgs& a) {
 struct Split {
   int grid = 0;
   int dp_items = 0, sk_items = 0, sk_len = 0, splits = 0;
-  int64_t slots = 0;  // partial-sum slots (per CTA of a cluster: times kCluster)
+  int64_t slots = 0;  // partial-sum slots
 };
 
 inline int sm_count_of(const KernelArgs& a) {
@@ -679,7 +475,7 @@ inline int sm_count_of(const KernelArgs& a) {
   return sms;
 }
 
-// Data-parallel: one CTA (or cluster) per item up to the co-resident count, items round-robin.
+// Data-parallel: one CTA per item up to the SM count, items round-robin.
 // Stream-K (on request, when the last wave would be partial): all SMs. If the partial wave fills at
 // most half of them, its items are split into equal K ranges at common offsets after the whole waves
 // (split_k_tail_splits(), sm90_kernel_args.h); otherwise the partial wave (plus one full wave unless
@@ -687,50 +483,47 @@ inline int sm_count_of(const KernelArgs& a) {
 // and no range is a sliver. Split-K (on request, KernelArgs::splits >= 2): every item in `splits`
 // units of equal K ranges (fewer when K is short), handed out round-robin.
 template <class C>
-int max_active_clusters(const KernelArgs& a);
-
-template <class C>
 Split plan_split(const KernelArgs& a) {
   const int sms = sm_count_of(a);
-  const int64_t items = int64_t((a.m + C::BM * C::kCluster - 1) / (C::BM * C::kCluster)) * ((a.n + C::BN - 1) / C::BN);
+  const int64_t items = int64_t((a.m + C::BM - 1) / C::BM) * ((a.n + C::BN - 1) / C::BN);
   const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
-  const int64_t slots = C::kCluster == 1 ? sms : max_active_clusters<C>(a);  // co-resident CTAs / clusters
+  const int64_t slots = sms;  // co-resident CTAs: one per SM
   Split sp;
   if (const int64_t tail = split_k_tail_splits(items, slots, kb);
       C::kStreamK && a.decomposition == Decomposition::kStreamK && tail >= 2) {
     // Whole waves, then the partial wave's items in `tail` equal K ranges (split-K units).
     const int64_t rem = items % slots;
-    sp.grid = static_cast<int>(slots * C::kCluster);
+    sp.grid = static_cast<int>(slots);
     sp.dp_items = static_cast<int>(items - rem);
     sp.sk_items = static_cast<int>(rem);
     sp.sk_len = static_cast<int>((kb + tail - 1) / tail);
     sp.splits = static_cast<int>(tail);
-    sp.slots = rem * (tail - 1) * C::kCluster;
+    sp.slots = rem * (tail - 1);
     return sp;
   }
   if (C::kStreamK && a.decomposition == Decomposition::kStreamK && items % slots != 0) {
     const int64_t full = items / slots, rem = items % slots;
     const int64_t sk = rem + (full >= 1 && !stream_k_partial_wave_only(items, slots, kb) ? slots : 0);
-    sp.grid = static_cast<int>(slots * C::kCluster);
+    sp.grid = static_cast<int>(slots);
     sp.dp_items = static_cast<int>(items - sk);
     sp.sk_items = static_cast<int>(sk);
     sp.sk_len = static_cast<int>((sk * kb + slots - 1) / slots);
-    sp.slots = slots * C::kCluster;
+    sp.slots = slots;
     return sp;
   }
   if (C::kStreamK && a.decomposition == Decomposition::kSplitK && a.splits >= 2 && kb >= 2) {
     const int64_t len = (kb + a.splits - 1) / a.splits;
     const int64_t splits = (kb + len - 1) / len;  // no empty unit
     const int64_t units = items * splits;
-    sp.grid = static_cast<int>((units < slots ? units : slots) * C::kCluster);
+    sp.grid = static_cast<int>(units < slots ? units : slots);
     sp.dp_items = 0;
     sp.sk_items = static_cast<int>(items);
     sp.sk_len = static_cast<int>(len);
     sp.splits = static_cast<int>(splits);
-    sp.slots = items * (splits - 1) * C::kCluster;
+    sp.slots = items * (splits - 1);
     return sp;
   }
-  sp.grid = static_cast<int>((items < slots ? items : slots) * C::kCluster);
+  sp.grid = static_cast<int>(items < slots ? items : slots);
   sp.dp_items = static_cast<int>(items);
   return sp;
 }
@@ -764,10 +557,10 @@ bool can_implement(const KernelArgs& a) {
          a.sfa_ld % 4 == 0 && a.sfa_rows % 4 == 0 && al16(a.a) && al16(a.b) && al16(a.d) && al16(a.sfa);
 }
 
-// Launch configuration: the cluster shape, and programmatic stream serialization when the kernel may
-// overlap the previous one (`attrs` must outlive the returned value's use).
+// Launch configuration: programmatic stream serialization when the kernel may overlap the previous one
+// (`attrs` must outlive the returned value's use).
 template <class C>
-cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_previous, cudaLaunchAttribute (&attrs)[2]) {
+cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_previous, cudaLaunchAttribute (&attrs)[1]) {
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(static_cast<unsigned>(grid));
   lc.blockDim = dim3(C::kThreads);
@@ -775,13 +568,6 @@ cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_pre
   lc.stream = stream;
   lc.attrs = attrs;
   lc.numAttrs = 0;
-  if (C::kCluster > 1) {
-    cudaLaunchAttribute& a = attrs[lc.numAttrs++];
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = C::kCluster;
-    a.val.clusterDim.y = 1;
-    a.val.clusterDim.z = 1;
-  }
   if (overlap_previous) {
     cudaLaunchAttribute& a = attrs[lc.numAttrs++];
     a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -802,30 +588,6 @@ cudaError_t enable_smem(int dev) {
   return e;
 }
 
-// Clusters that can be resident at once (GPCs with an odd SM count leave SMs unpaired); cached per
-// device. Stream-K relies on every CTA of the grid being resident (owners wait for contributors).
-template <class C>
-int max_active_clusters(const KernelArgs& a) {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    dev = 0;
-  }
-  static std::atomic<int> cache[64] = {};
-  int clusters = dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
-  if (clusters > 0) return clusters;
-  const int sms = sm_count_of(a);
-  cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t lc = launch_config<C>(sms / C::kCluster * C::kCluster, nullptr, false, attrs);
-  if (enable_smem<C>(dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&clusters, fp8_blockscaled_gemm_kernel<C>, &lc) != cudaSuccess || clusters <= 0) {
-    cudaGetLastError();
-    clusters = sms / C::kCluster - 1;  // conservative: at most one unpaired SM per GPC is lost
-  }
-  if (dev < 64) cache[dev].store(clusters, std::memory_order_relaxed);
-  return clusters;
-}
-
 template <class C>
 cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cudaStream_t stream) {
   if (!can_implement<C>(a)) return cudaErrorInvalidValue;
@@ -843,7 +605,7 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
   if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BM, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
-      !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BN / C::kCluster, kBlockK,
+      !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BN, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       // a_scale as a (kb, sfa_rows) row-major matrix: one box = the tile's BM scales of one K block.
       // (the launcher passes leading dimensions that are valid even for one K block / one row)
@@ -858,31 +620,31 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   if (const cudaError_t e = enable_smem<C>(dev); e != cudaSuccess) return e;
 
   Params p{a.m,        a.n,         a.k,       a.sfb,     a.sfb_ld, a.sfb_rows,
-           a.alpha,    a.max_swizzle > 1 ? a.max_swizzle : 8,      sp.dp_items,
+           a.alpha,    a.group > 1 ? a.group : 8,      sp.dp_items,
            sp.sk_items, sp.sk_len,  sp.splits, partials,  flags};
   // Only directly after the preparation pass: a flag memset in between is not a kernel to overlap.
-  cudaLaunchAttribute attrs[2];
+  cudaLaunchAttribute attrs[1];
   const cudaLaunchConfig_t lc = launch_config<C>(sp.grid, stream, a.overlap_previous && sp.sk_items == 0, attrs);
   const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
-}  // namespace fp8gemm::cuda::sm90::hand
+}  // namespace fp8gemm::cuda::sm90::tile
 
 // Defines the three entry points of sm90_kernel_args.h for one tile configuration (BN, math
-// warpgroups, double buffering, cluster size): KernelArgs::decomposition kStreamK or kSplitK runs the
-// build of the kernel that can split tiles by K, anything else the data-parallel one.
-#define FP8GEMM_SM90_HAND_VARIANT(name, ...)                                                            \
+// warpgroups, double buffering): KernelArgs::decomposition kStreamK or kSplitK runs the build of the
+// kernel that can split tiles by K, anything else the data-parallel one.
+#define FP8GEMM_SM90_TILE_KERNEL(name, ...)                                                            \
   namespace fp8gemm::cuda::sm90 {                                                                      \
-  using name##_dp = hand::Cfg<__VA_ARGS__, false>;                                                     \
-  using name##_sk = hand::Cfg<__VA_ARGS__, true>;                                                      \
+  using name##_dp = tile::Cfg<__VA_ARGS__, false>;                                                     \
+  using name##_sk = tile::Cfg<__VA_ARGS__, true>;                                                      \
   size_t name##_workspace_bytes(const KernelArgs& a) {                                                 \
-    return hand::splits_k(a) ? hand::workspace_bytes<name##_sk>(a) : hand::workspace_bytes<name##_dp>(a); \
+    return tile::splits_k(a) ? tile::workspace_bytes<name##_sk>(a) : tile::workspace_bytes<name##_dp>(a); \
   }                                                                                                    \
-  bool name##_can_implement(const KernelArgs& a) { return hand::can_implement<name##_dp>(a); }         \
+  bool name##_can_implement(const KernelArgs& a) { return tile::can_implement<name##_dp>(a); }         \
   cudaError_t name##_run(const KernelArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {        \
-    return hand::splits_k(a) ? hand::run<name##_sk>(a, ws, ws_bytes, stream)                          \
-                             : hand::run<name##_dp>(a, ws, ws_bytes, stream);                          \
+    return tile::splits_k(a) ? tile::run<name##_sk>(a, ws, ws_bytes, stream)                          \
+                             : tile::run<name##_dp>(a, ws, ws_bytes, stream);                          \
   }                                                                                                    \
   }

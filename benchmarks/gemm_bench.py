@@ -1,0 +1,702 @@
+#!/usr/bin/env python3
+"""The gemm kernel on an H200 against what its users would otherwise run, in one device call.
+
+    python3 benchmarks/gemm_bench.py [--suites challenge,deepgemm,decode,finegrained] [--tune]
+                                     [--calibrate-decode] [--reps N] [--out DIR]
+    python3 benchmarks/gemm_bench.py --render DIR/gemm_h200.json [--out DIR]     (tables and plot, no GPU)
+
+Suites (every result of ours is checked against a float64 reference before it is timed):
+  challenge    the 18 timed shapes of the AMD challenge: ours on K-major inputs and on challenge-layout
+               (M/N-contiguous) inputs, torch._scaled_mm blockwise (1x128 / 128x128 scales) and per-tensor
+               (less work: a ceiling reference); median kernel time with the L2 flushed before each call.
+  deepgemm     DeepGEMM's 18 dense-model shapes, K-major, against torch blockwise and DeepGEMM's published
+               H800 TFLOPS (README of deepseek-ai/DeepGEMM, 2025-04-09).
+  decode       M in {1..64} on DeepSeek-V3 linear shapes: kernel time from CUDA-graph replays, L2 flushed
+               before each replay and back to back (10 calls per graph), weight bytes per second against
+               the device-to-device copy bandwidth measured in the same run; torch blockwise where it
+               accepts the shape and torch's bf16 mm of the same shape.
+  finegrained  matmul_2d from bf16 activations (fp8_act_quant + the GEMM) against torch doing the same
+               job (per-group quantization in torch, then blockwise _scaled_mm), and our unfused path.
+--tune times every tile / CUTLASS configuration on the challenge shapes (how gemm_cuda.cu's table is made);
+--calibrate-decode times every decode plan (rows per CTA x K split) against the cost model's choice.
+Writes gemm_h200.json, gemm_h200.md and gemm_h200.png to --out (default benchmarks/out/, ignored by git).
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEAK_FP8_TFLOPS = 1979.0  # dense FP8 peak of the H200 SXM (NVIDIA datasheet)
+FP8_TC_REL = 2.0 ** -12   # Hopper's fp8 tensor cores keep ~13 fraction bits inside a K block
+RTOL, ATOL = 2e-2, 1e-3   # the challenge's tolerance
+
+CHALLENGE_SHAPES = [(m, n, k) for m in (1024, 6144)
+                    for (n, k) in ((1536, 7168), (3072, 1536), (576, 7168), (7168, 256), (7168, 2048),
+                                   (4608, 7168), (7168, 2304), (512, 7168), (4096, 512))]
+# DeepGEMM README (deepseek-ai/DeepGEMM, 2025-04-09): dense GEMM TFLOPS on H800 SXM5, NVCC 12.8.
+DEEPGEMM_PUBLISHED = {
+    (64, 2112, 7168): 206, (64, 24576, 1536): 289, (64, 32768, 512): 219, (64, 7168, 16384): 336,
+    (64, 4096, 7168): 287, (64, 7168, 2048): 295, (128, 2112, 7168): 352, (128, 24576, 1536): 535,
+    (128, 32768, 512): 358, (128, 7168, 16384): 645, (128, 4096, 7168): 533, (128, 7168, 2048): 510,
+    (4096, 2112, 7168): 1127, (4096, 24576, 1536): 1212, (4096, 32768, 512): 775, (4096, 7168, 16384): 1520,
+    (4096, 4096, 7168): 1410, (4096, 7168, 2048): 1168,
+}
+DECODE_NK = [(1536, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048),
+             (36864, 7168), (7168, 18432)]
+DECODE_M = [1, 2, 4, 8, 16, 32, 64]
+FINEGRAINED_M = [1, 16, 64, 512, 4096]
+TILE_KERNELS = ["tile128x128", "tile64x128", "tile128x192", "tile128x64", "tile192x128", "tile192x144"]
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs, reference, checks
+# ----------------------------------------------------------------------------------------------
+def make_inputs(torch, m, n, k, layout, gen, dtype=None):
+    """a (m, k), b (n, k) fp8 e4m3fn from standard normals, scales standard normal.
+    kmajor:   a, b K-contiguous; a_scale M-contiguous, b_scale K-contiguous with a 4-padded row stride
+              (the layouts torch._scaled_mm's blockwise recipe takes; ours reads them in place);
+    deepseek: everything row-major (a_scale (m, kb) contiguous), what vLLM / DeepSeek pass;
+    mnmajor:  the AMD challenge layout: a, b, a_scale, b_scale M/N-contiguous."""
+    dtype = dtype or torch.float8_e4m3fn
+    kb, nb = cdiv(k, 128), cdiv(n, 128)
+    dev = "cuda"
+
+    def fp8(*shape):
+        return torch.randn(*shape, device=dev, generator=gen, dtype=torch.bfloat16).to(dtype)
+
+    if layout == "mnmajor":
+        return dict(a=fp8(k, m).t(), b=fp8(k, n).t(), a_scale=torch.randn(kb, m, device=dev, generator=gen).t(),
+                    b_scale=torch.randn(kb, nb, device=dev, generator=gen).t())
+    a, b = fp8(m, k), fp8(n, k)
+    if layout == "deepseek":
+        return dict(a=a, b=b, a_scale=torch.randn(m, kb, device=dev, generator=gen),
+                    b_scale=torch.randn(nb, kb, device=dev, generator=gen))
+    return dict(a=a, b=b, a_scale=torch.randn(kb, m, device=dev, generator=gen).t(),
+                b_scale=torch.randn(nb, cdiv(kb, 4) * 4, device=dev, generator=gen)[:, :kb])
+
+
+def torch_layout(torch, inp):
+    """The same values in the layouts torch._scaled_mm blockwise takes (copies where needed)."""
+    a, b, sa, sb = inp["a"], inp["b"], inp["a_scale"], inp["b_scale"]
+    nb, kb = sb.shape
+    sb_pad = torch.zeros((nb, cdiv(kb, 4) * 4), device=sb.device, dtype=sb.dtype)
+    sb_pad[:, :kb] = sb
+    return dict(a=a.contiguous(), b=b.contiguous(), a_scale=sa.t().contiguous().t(), b_scale=sb_pad[:, :kb])
+
+
+def reference(torch, inp):
+    """(ref, mass) in float64 on the GPU: the formula, and the same formula on |terms|."""
+    a, b, sa, sb = inp["a"], inp["b"], inp["a_scale"], inp["b_scale"]
+    m, k = a.shape
+    n = b.shape[0]
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    sbr = sb.to(torch.float64).repeat_interleave(128, dim=0)[:n]
+    ref = torch.zeros((m, n), dtype=torch.float64, device=a.device)
+    mass = torch.zeros_like(ref)
+    for kb in range(cdiv(k, 128)):
+        cols = slice(kb * 128, min(k, kb * 128 + 128))
+        part = a64[:, cols] @ b64[:, cols].t()
+        scale = sa[:, kb].to(torch.float64)[:, None] * sbr[None, :, kb]
+        ref += scale * part
+        mass += scale.abs() * (a64[:, cols].abs() @ b64[:, cols].abs().t())
+    return ref, mass
+
+
+def check(torch, out, ref_mass):
+    """The fp8 tensor-core bound: |out - ref| <= atol + rtol |ref| + 2^-12 sum|terms|, NaNs equal."""
+    ref, mass = ref_mass
+    o = out.to(torch.float64)
+    if not torch.equal(torch.isnan(o), torch.isnan(ref)):
+        return False
+    keep = ~torch.isnan(ref)
+    return bool(((o - ref).abs()[keep] <= (ATOL + RTOL * ref.abs() + FP8_TC_REL * mass)[keep]).all())
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------
+class Timer:
+    """The L2 (60 MB on the H200) is flushed by reading a 512 MB buffer: it then holds only clean lines,
+    so the timed call pays no write-back of a flush's dirty lines (what zeroing a buffer would leave)."""
+
+    def __init__(self, torch, reps):
+        self.torch = torch
+        self.reps = reps
+        self.flush_buf = torch.ones(128 << 20, dtype=torch.int32, device="cuda")
+        self.flush_sum = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def flush(self):
+        self.torch.sum(self.flush_buf, dim=0, dtype=self.torch.int64, out=self.flush_sum)
+
+    def events(self, fn, flush=True):
+        """Median µs of fn between CUDA events, the L2 flushed before each call (the host enqueues fn
+        while the GPU reads the flush buffer, so launch overhead is hidden)."""
+        torch = self.torch
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(self.reps):
+            if flush:
+                self.flush()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1e3)
+        return statistics.median(times)
+
+    def graph(self, fn, calls=1, flush=True):
+        """Median µs per call of a CUDA graph holding `calls` back-to-back calls of fn."""
+        torch = self.torch
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(calls):
+                fn()
+        for _ in range(2):
+            g.replay()
+        times = []
+        for _ in range(self.reps):
+            if flush:
+                self.flush()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            g.replay()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1e3 / calls)
+        del g
+        return statistics.median(times)
+
+    def kernels(self, fn, flush=True):
+        """Mean µs per call of the GPU kernels fn launches, from the profiler's kernel records (launch gaps
+        excluded), the L2 flushed before each call; the flush's own kernels are left out by name."""
+        torch = self.torch
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        def cuda_events(body):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                body()
+                torch.cuda.synchronize()
+            return [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+        fn()
+        torch.cuda.synchronize()
+        flush_names = {e.name for e in cuda_events(self.flush)}
+
+        def body():
+            for _ in range(self.reps):
+                if flush:
+                    self.flush()
+                fn()
+
+        return sum(e.device_time for e in cuda_events(body) if e.name not in flush_names) / self.reps
+
+
+def copy_bandwidth(torch, timer):
+    """Device-to-device copy of 2 GiB: bytes read plus written per second."""
+    src = torch.empty(2 << 30, dtype=torch.int8, device="cuda")
+    dst = torch.empty_like(src)
+    us = timer.events(lambda: dst.copy_(src), flush=False)
+    return 2 * (2 << 30) / (us * 1e-6)
+
+
+class env_var:
+    def __init__(self, name, value):
+        self.name, self.value, self.old = name, value, None
+
+    def __enter__(self):
+        self.old = os.environ.get(self.name)
+        if self.value is None:
+            os.environ.pop(self.name, None)
+        else:
+            os.environ[self.name] = self.value
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            os.environ.pop(self.name, None)
+        else:
+            os.environ[self.name] = self.old
+
+
+def tflops(m, n, k, us):
+    return 2.0 * m * n * k / (us * 1e-6) / 1e12 if us else float("nan")
+
+
+# ----------------------------------------------------------------------------------------------
+# Suites
+# ----------------------------------------------------------------------------------------------
+def try_time(fn, timer_fn):
+    """timer_fn(fn) for a baseline, or None where it refuses the shape (torch's blockwise cuBLAS path
+    raises for M = 1, for example)."""
+    try:
+        fn()
+    except RuntimeError:
+        return None
+    return timer_fn(fn)
+
+
+def ours(gemm, inp, out):
+    a, b, sa, sb = inp["a"], inp["b"], inp["a_scale"], inp["b_scale"]
+    return lambda: gemm.gemm(a, b, sa, sb, out=out)
+
+
+def torch_blockwise(torch, tinp):
+    a, b, sa, sb = tinp["a"], tinp["b"], tinp["a_scale"], tinp["b_scale"]
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+
+
+def torch_tensorwise(torch, tinp):
+    a, b = tinp["a"], tinp["b"]
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def run_checked(torch, fn, out, ref):
+    out.fill_(float("nan"))
+    fn()
+    torch.cuda.synchronize()
+    return check(torch, out, ref)
+
+
+def suite_smoke(torch, gemm, log):
+    """A few checked calls through every kernel family, each in its own try, before anything long runs."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    cases = [((m, n, k), cfg) for (m, n, k) in ((1, 576, 7168), (16, 7168, 2048), (64, 257, 1000), (33, 4100, 7000))
+             for cfg in (None, "decode,splitk,1,64", "decode,splitk,3,128", "decode,splitk,8,128")]
+    cases += [((1024, 7168, 256), c) for c in (None, "tile128x128,dp,1,8", "tile64x128,dp,1,8", "tile128x64,dp,1,8",
+                                               "tile192x128,dp,1,8", "cutlass128x128,dp,1,1")]
+    rows = []
+    for (m, n, k), cfg in cases:
+        inp = make_inputs(torch, m, n, k, "deepseek", gen)
+        out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        with env_var("GEMM_CUDA_CONFIG", cfg):
+            try:
+                ok = run_checked(torch, ours(gemm, inp, out), out, reference(torch, inp))
+            except RuntimeError as e:
+                ok = False
+                log(f"smoke {m}x{n}x{k} {cfg}: {e}")
+        rows.append(dict(m=m, n=n, k=k, cfg=cfg, ok=ok))
+        log(f"smoke {m}x{n}x{k} {cfg or 'dispatch'}: ok={ok}")
+    return rows
+
+
+def suite_challenge(torch, gemm, timer, shapes, log):
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for (m, n, k) in shapes:
+        inp = make_inputs(torch, m, n, k, "kmajor", gen)
+        ref = reference(torch, inp)
+        out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        f = ours(gemm, inp, out)
+        ok = run_checked(torch, f, out, ref)
+        r = dict(m=m, n=n, k=k, ok=ok, ours_us=timer.events(f))
+        tinp = torch_layout(torch, inp)
+        tb = torch_blockwise(torch, tinp)
+        r["torch_us"] = try_time(tb, timer.events)
+        if r["torch_us"] is not None:
+            r["torch_ok"] = check(torch, tb(), ref)
+        r["torch_tensorwise_us"] = try_time(torch_tensorwise(torch, tinp), timer.events)
+        mn = {key: v for key, v in zip(("a", "b", "a_scale", "b_scale"),
+                                        (inp["a"].t().contiguous().t(), inp["b"].t().contiguous().t(),
+                                         inp["a_scale"], inp["b_scale"].t().contiguous().t()))}
+        out_mn = torch.empty_like(out)
+        f_mn = ours(gemm, mn, out_mn)
+        r["ours_mn_ok"] = run_checked(torch, f_mn, out_mn, ref)
+        r["ours_mn_us"] = timer.events(f_mn)
+        r["speedup"] = r["torch_us"] / r["ours_us"] if r["torch_us"] else None
+        r["tflops"] = tflops(m, n, k, r["ours_us"])
+        rows.append(r)
+        log(f"challenge {m}x{n}x{k}: ours {r['ours_us']:.1f} us ({r['tflops']:.0f} TFLOPS, ok={ok}), torch "
+            f"{r['torch_us'] or float('nan'):.1f}, x{r['speedup'] or float('nan'):.3f}; MN {r['ours_mn_us']:.1f}")
+        del inp, ref, tinp, mn
+    return rows
+
+
+def suite_deepgemm(torch, gemm, timer, log):
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for (m, n, k), published in DEEPGEMM_PUBLISHED.items():
+        inp = make_inputs(torch, m, n, k, "kmajor", gen)
+        ref = reference(torch, inp)
+        out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        f = ours(gemm, inp, out)
+        ok = run_checked(torch, f, out, ref)
+        us = timer.events(f)
+        t_us = try_time(torch_blockwise(torch, torch_layout(torch, inp)), timer.events)
+        r = dict(m=m, n=n, k=k, ok=ok, ours_us=us, tflops=tflops(m, n, k, us), torch_us=t_us,
+                 torch_tflops=tflops(m, n, k, t_us) if t_us else None, deepgemm_h800_tflops=published)
+        r["vs_deepgemm"] = r["tflops"] / published
+        rows.append(r)
+        log(f"deepgemm {m}x{n}x{k}: ours {us:.1f} us {r['tflops']:.0f} TFLOPS (ok={ok}) vs DeepGEMM {published}, "
+            f"torch {r['torch_tflops'] or float('nan'):.0f}")
+        del inp, ref
+    return rows
+
+
+def launch_floor(torch, timer):
+    """µs of a one-element fill by the same graph methods: what a launch costs whatever the kernel does."""
+    x = torch.empty(1, device="cuda")
+    f = lambda: x.fill_(1.0)  # noqa: E731
+    return dict(flushed_us=timer.graph(f, 1, True), b2b_us=timer.graph(f, 10, False), kernel_us=timer.kernels(f))
+
+
+def suite_decode(torch, gemm, timer, copy_bw, log, ms=DECODE_M, nks=DECODE_NK):
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    for (n, k) in nks:
+        w_bf16 = None
+        for m in ms:
+            inp = make_inputs(torch, m, n, k, "deepseek", gen)
+            ref = reference(torch, inp)
+            out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+            f = ours(gemm, inp, out)
+            ok = run_checked(torch, f, out, ref)
+            r = dict(m=m, n=n, k=k, weight_mb=n * k / 1e6, ok=ok, ours_flushed_us=timer.graph(f, 1, True),
+                     ours_b2b_us=timer.graph(f, 10, False), ours_kernel_us=timer.kernels(f))
+            tinp = torch_layout(torch, inp)
+            tb = torch_blockwise(torch, tinp)
+            r["torch_flushed_us"] = try_time(tb, lambda fn: timer.graph(fn, 1, True))
+            r["torch_b2b_us"] = try_time(tb, lambda fn: timer.graph(fn, 10, False)) if r["torch_flushed_us"] else None
+            if w_bf16 is None:
+                w_bf16 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            y = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+            mm = lambda: torch.mm(x, w_bf16.t(), out=y)  # noqa: E731
+            r["bf16_flushed_us"] = timer.graph(mm, 1, True)
+            r["bf16_b2b_us"] = timer.graph(mm, 10, False)
+            for key in ("flushed", "b2b", "kernel"):
+                us = r[f"ours_{key}_us"]
+                r[f"ours_{key}_bw_share"] = n * k / (us * 1e-6) / copy_bw
+            rows.append(r)
+            log(f"decode {m}x{n}x{k}: ours {r['ours_flushed_us']:.1f} / {r['ours_b2b_us']:.1f} / {r['ours_kernel_us']:.1f} us "
+                f"({100 * r['ours_flushed_bw_share']:.0f} / {100 * r['ours_b2b_bw_share']:.0f} / "
+                f"{100 * r['ours_kernel_bw_share']:.0f} % of copy BW, ok={ok}), "
+                f"torch {r['torch_flushed_us'] or float('nan'):.1f}, bf16 mm {r['bf16_flushed_us']:.1f}")
+            del inp, ref, tinp
+    return rows
+
+
+def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
+    """matmul_2d from bf16 activations against torch doing the same job, and our unfused path."""
+    if not hasattr(gemm, "matmul_2d"):
+        log("finegrained: this build has no matmul_2d")
+        return []
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    for (n, k) in nks:
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen).to(torch.float8_e4m3fn)
+        ws = torch.rand(cdiv(n, 128), cdiv(k, 128), device="cuda", generator=gen) + 0.5
+        ws_t = torch.zeros((cdiv(n, 128), cdiv(cdiv(k, 128), 4) * 4), device="cuda")
+        ws_t[:, :cdiv(k, 128)] = ws
+        ws_t = ws_t[:, :cdiv(k, 128)]
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            fused = lambda: gemm.matmul_2d(x, w, ws, [128, 128])  # noqa: E731
+            y = fused()
+            q, s = gemm.fp8_act_quant(x, 128)
+            ref = reference(torch, dict(a=q, b=w, a_scale=s, b_scale=ws))
+            ok = check(torch, y.to(torch.bfloat16), ref)
+            quant = lambda: gemm.fp8_act_quant(x, 128)  # noqa: E731
+
+            def torch_job():
+                g = x.float().unflatten(-1, (-1, 128)) if k % 128 == 0 else None
+                if g is None:
+                    raise RuntimeError("torch path must have K % 128 == 0")
+                sc = (g.abs().amax(-1) / 448.0).clamp_min(1e-12)
+                qq = (g / sc[..., None]).clamp(-448, 448).to(torch.float8_e4m3fn).flatten(-2)
+                return torch._scaled_mm(qq, w.t(), scale_a=sc.t().contiguous().t(), scale_b=ws_t.t(),
+                                        out_dtype=torch.bfloat16)
+
+            def unfused():
+                qq, sc = gemm.layers.quantize_activations(x, torch.float8_e4m3fn)
+                return gemm.gemm(qq, w, sc, ws)
+
+            r = dict(m=m, n=n, k=k, ok=ok, matmul_2d_us=timer.graph(fused, 1, True),
+                     quant_us=timer.graph(quant, 1, True))
+            r["quant_share"] = r["quant_us"] / r["matmul_2d_us"]
+            r["torch_us"] = try_time(torch_job, lambda fn: timer.graph(fn, 1, True))
+            r["unfused_us"] = timer.graph(unfused, 1, True) if hasattr(gemm.layers, "quantize_activations") else None
+            r["tflops"] = tflops(m, n, k, r["matmul_2d_us"])
+            rows.append(r)
+            log(f"finegrained {m}x{n}x{k}: matmul_2d {r['matmul_2d_us']:.1f} us (quant {100 * r['quant_share']:.0f} %, "
+                f"ok={ok}), torch {r['torch_us'] or float('nan'):.1f}, unfused {r['unfused_us'] or float('nan'):.1f}")
+    return rows
+
+
+def tune(torch, gemm, timer, shapes, log):
+    """Every tile / CUTLASS configuration on each shape (GEMM_CUDA_CONFIG), checked, then timed."""
+    cands = []
+    for kern in TILE_KERNELS:
+        for split in ("dp,1", "streamk,1"):
+            for group in (4, 8):
+                cands.append(f"{kern},{split},{group}")
+    cands += ["cutlass128x128,streamk,1,1", "cutlass128x128,dp,1,1"]
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for (m, n, k) in shapes:
+        inp = make_inputs(torch, m, n, k, "kmajor", gen)
+        ref = reference(torch, inp)
+        out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        f = ours(gemm, inp, out)
+        times = {"dispatch": timer.events(f)}
+        for c in cands:
+            with env_var("GEMM_CUDA_CONFIG", c):
+                if run_checked(torch, f, out, ref):
+                    times[c] = timer.events(f)
+                else:
+                    times[c] = None
+                    log(f"tune {m}x{n}x{k} {c}: WRONG RESULT")
+        best = min((c for c in times if c != "dispatch" and times[c]), key=lambda c: times[c])
+        rows.append(dict(m=m, n=n, k=k, times=times, best=best))
+        log(f"tune {m}x{n}x{k}: dispatch {times['dispatch']:.1f} us, best {best} {times[best]:.1f} us")
+        del inp, ref
+    return rows
+
+
+def calibrate_decode(torch, gemm, timer, log):
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    for (n, k) in DECODE_NK:
+        for m in (1, 16, 32, 64):
+            inp = make_inputs(torch, m, n, k, "deepseek", gen)
+            ref = reference(torch, inp)
+            out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+            f = ours(gemm, inp, out)
+            times = {"auto": timer.graph(f, 1, True)}
+            cands = [f"decode,splitk,{split},{rows_per}" for rows_per in (64, 128) for split in (1, 2, 3, 4, 6, 8)]
+            if m >= 32:
+                cands += ["tile64x128,dp,1,8", "tile64x128,splitk,2,8", "tile64x128,splitk,4,8", "tile64x128,streamk,1,8"]
+            for c in cands:
+                with env_var("GEMM_CUDA_CONFIG", c):
+                    if not run_checked(torch, f, out, ref):
+                        log(f"calibrate {m}x{n}x{k} {c}: WRONG RESULT")
+                        continue
+                    times[c] = timer.graph(f, 1, True)
+            best = min((c for c in times if c != "auto"), key=lambda c: times[c])
+            rows.append(dict(m=m, n=n, k=k, times=times, best=best))
+            log(f"calibrate {m}x{n}x{k}: auto {times['auto']:.1f} us, best {best} {times[best]:.1f} us")
+            del inp, ref
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Environment and outputs
+# ----------------------------------------------------------------------------------------------
+def env_info(torch):
+    info = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), torch=torch.__version__,
+                cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0), python=platform.python_version())
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
+        info["driver"], info["max_sm_clock"], info["power_limit"] = [x.strip() for x in q.split(",")]
+    except Exception as e:  # nvidia-smi missing: keep the run
+        info["driver"] = f"unknown ({e})"
+    return info
+
+
+def fmt(x, spec=".1f"):
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def render_md(data):
+    e = data["env"]
+    lines = [f"# gemm on the {e['gpu']}", "",
+             f"{e['date']}, driver {e.get('driver')}, torch {e['torch']}, CUDA {e['cuda']}; "
+             f"`python3 benchmarks/gemm_bench.py` (one device call). Every result of ours passed the float64 "
+             f"reference check before it was timed.", ""]
+    if data.get("copy_bandwidth"):
+        fl = data.get("launch_floor", {})
+        lines += [f"Device-to-device copy bandwidth in the same run: {data['copy_bandwidth'] / 1e12:.2f} TB/s. "
+                  f"A one-element fill timed the same ways (the floor of each method): "
+                  f"{fmt(fl.get('flushed_us'))} µs flushed graph, {fmt(fl.get('b2b_us'))} µs back to back, "
+                  f"{fmt(fl.get('kernel_us'), '.2f')} µs kernel.", ""]
+    ch = data.get("challenge")
+    if ch:
+        lines += ["## Challenge shapes (K-major, L2 flushed before each call)", "",
+                  "| M x N x K | ours µs | TFLOP/s | torch blockwise µs | speedup | torch per-tensor µs | ours, challenge layout µs |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in ch:
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['ours_us'])} | {fmt(r['tflops'], '.0f')} | "
+                         f"{fmt(r['torch_us'])} | {fmt(r['speedup'], '.3f')} | {fmt(r['torch_tensorwise_us'])} | "
+                         f"{fmt(r['ours_mn_us'])} |")
+        sp = [r["speedup"] for r in ch if r["speedup"]]
+        lines += ["", f"Geomean speedup over torch blockwise: **{geomean(sp):.3f}x** (min {min(sp):.3f}x, "
+                      f"{len(sp)} shapes).", ""]
+    dg = data.get("deepgemm")
+    if dg:
+        lines += ["## DeepGEMM's dense shapes (K-major, L2 flushed)", "",
+                  "| M x N x K | ours µs | ours TFLOP/s | DeepGEMM H800 (published) | ours / DeepGEMM | torch blockwise TFLOP/s |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in dg:
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['ours_us'])} | {fmt(r['tflops'], '.0f')} | "
+                         f"{r['deepgemm_h800_tflops']} | {fmt(r['vs_deepgemm'], '.2f')} | {fmt(r['torch_tflops'], '.0f')} |")
+        lines.append("")
+    de = data.get("decode")
+    if de:
+        lines += ["## Decode-sized M", "",
+                  "Times in µs: CUDA-graph replay with the L2 flushed before each replay / graph of 10 back-to-back "
+                  "calls / kernel time from the profiler's records (L2 flushed, launch gaps excluded). Weight bytes "
+                  "per second as a share of the copy bandwidth, same three ways. torch blockwise refuses M = 1 and "
+                  "M = 2 (—).", "",
+                  "| M x N x K | weight MB | ours µs | share of copy BW | torch blockwise µs | bf16 mm µs |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in de:
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {r['weight_mb']:.1f} | {fmt(r['ours_flushed_us'])} / "
+                         f"{fmt(r['ours_b2b_us'])} / {fmt(r.get('ours_kernel_us'))} | "
+                         f"{100 * r['ours_flushed_bw_share']:.0f} / {100 * r['ours_b2b_bw_share']:.0f} / "
+                         f"{100 * r.get('ours_kernel_bw_share', float('nan')):.0f} % | "
+                         f"{fmt(r['torch_flushed_us'])} / {fmt(r['torch_b2b_us'])} | "
+                         f"{fmt(r['bf16_flushed_us'])} / {fmt(r['bf16_b2b_us'])} |")
+        lines.append("")
+    fg = data.get("finegrained")
+    if fg:
+        lines += ["## matmul_2d from bf16 activations (CUDA-graph replay, L2 flushed)", "",
+                  "| M x N x K | matmul_2d µs | TFLOP/s | quantization share | torch quantize + blockwise µs | ours unfused µs |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in fg:
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['matmul_2d_us'])} | {fmt(r['tflops'], '.0f')} | "
+                         f"{100 * r['quant_share']:.0f} % | {fmt(r['torch_us'])} | {fmt(r['unfused_us'])} |")
+        lines.append("")
+    for key, title in (("tune", "Tuning sweep (µs per configuration)"), ("calibrate_decode", "Decode plans (µs)")):
+        if data.get(key):
+            lines += [f"## {title}", ""]
+            for r in data[key]:
+                best = r["best"]
+                first = "dispatch" if "dispatch" in r["times"] else "auto"
+                lines.append(f"- {r['m']}x{r['n']}x{r['k']}: {first} {r['times'][first]:.1f}, best `{best}` "
+                             f"{r['times'][best]:.1f}")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def render_png(data, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [k for k in ("challenge", "deepgemm", "decode", "finegrained") if data.get(k)]
+    if not panels:
+        return
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 4 * len(panels)))
+    axes = [axes] if len(panels) == 1 else axes
+    for ax, key in zip(axes, panels):
+        rows = data[key]
+        labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows]
+        if key == "challenge":
+            ax.bar(labels, [r["speedup"] or 0 for r in rows])
+            ax.axhline(1.0, color="k", lw=0.8)
+            ax.set_ylabel("speedup over torch blockwise")
+        elif key == "deepgemm":
+            ax.bar(labels, [r["tflops"] for r in rows], label="ours (H200)")
+            ax.plot(labels, [r["deepgemm_h800_tflops"] for r in rows], "r_", ms=20, mew=2, label="DeepGEMM (H800, published)")
+            ax.set_ylabel("TFLOP/s")
+            ax.legend()
+        elif key == "decode":
+            for m in sorted({r["m"] for r in rows}):
+                sub = [r for r in rows if r["m"] == m]
+                ax.plot([f"{r['n']}x{r['k']}" for r in sub], [100 * r["ours_flushed_bw_share"] for r in sub], "o-",
+                        label=f"M={m}")
+            ax.axhline(80, color="k", lw=0.8, ls="--")
+            ax.set_ylabel("% of copy bandwidth (L2 flushed)")
+            ax.legend(ncol=4, fontsize=8)
+            labels = None
+        else:
+            ax.bar(labels, [(r["torch_us"] or 0) / r["matmul_2d_us"] for r in rows])
+            ax.axhline(1.0, color="k", lw=0.8)
+            ax.set_ylabel("speedup over torch quantize + blockwise")
+        ax.set_title(key)
+        ax.tick_params(axis="x", rotation=75, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_outputs(data, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "gemm_h200.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(out_dir, "gemm_h200.md"), "w") as f:
+        f.write(render_md(data) + "\n")
+    try:
+        render_png(data, os.path.join(out_dir, "gemm_h200.png"))
+    except ImportError as e:
+        print(f"no plot: {e}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suites", default="challenge,deepgemm,decode,finegrained")
+    ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--calibrate-decode", action="store_true")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--out", default=os.path.join(HERE, "out"))
+    ap.add_argument("--render", metavar="JSON")
+    args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            write_outputs(json.load(f), args.out)
+        return 0
+
+    import torch
+
+    import gemm
+
+    log_path = os.path.join(args.out, "gemm_h200.log")
+    os.makedirs(args.out, exist_ok=True)
+    logf = open(log_path, "w")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    timer = Timer(torch, args.reps)
+    data = dict(env=env_info(torch))
+    log(json.dumps(data["env"]))
+    suites = [s for s in args.suites.split(",") if s]
+    if "smoke" in suites:
+        data["smoke"] = suite_smoke(torch, gemm, log)
+    if "decode" in suites or "finegrained" in suites:
+        data["copy_bandwidth"] = copy_bandwidth(torch, timer)
+        data["launch_floor"] = launch_floor(torch, timer)
+        log(f"copy bandwidth {data['copy_bandwidth'] / 1e12:.3f} TB/s; launch floor {data['launch_floor']}")
+    if "challenge" in suites:
+        data["challenge"] = suite_challenge(torch, gemm, timer, CHALLENGE_SHAPES, log)
+    if "deepgemm" in suites:
+        data["deepgemm"] = suite_deepgemm(torch, gemm, timer, log)
+    if "decode" in suites:
+        data["decode"] = suite_decode(torch, gemm, timer, data["copy_bandwidth"], log)
+    if "finegrained" in suites:
+        data["finegrained"] = suite_finegrained(torch, gemm, timer, log)
+    if args.tune:
+        data["tune"] = tune(torch, gemm, timer, CHALLENGE_SHAPES, log)
+    if args.calibrate_decode:
+        data["calibrate_decode"] = calibrate_decode(torch, gemm, timer, log)
+    write_outputs(data, args.out)
+    bad = [f"{s}:{r['m']}x{r['n']}x{r['k']}" for s in ("smoke", "challenge", "deepgemm", "decode", "finegrained")
+           for r in data.get(s, []) if not r["ok"] or r.get("ours_mn_ok") is False]
+    log(f"wrote {args.out}; {len(bad)} failed checks {bad[:10]}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One H200 device call: build the kernels for CUDA from this tree, run their GPU tests, run the
+# benchmarks. Logs and results land in $OUT (the device tool brings them back).
+#
+#   bash benchmarks/run_h200.sh [build] [test[=PYTEST_ARGS]] [bench[=GEMM_BENCH_ARGS]] [img2gray]
+#
+# The CUTLASS headers (build.toml: cutlass_4_4) travel with the call in .carry/cutlass/include
+# (ci/setup.sh fetches them; the machine has no network).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/h200_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export CUTLASS_INCLUDE_DIR=${CUTLASS_INCLUDE_DIR:-$PWD/.carry/cutlass/include}
+t0=$SECONDS
+step() { echo "[$((SECONDS - t0)) s] $*"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
+
+for arg in "$@"; do
+  case "$arg" in
+    build)
+      MAX_JOBS=16 timeout 420 python3 -m pip install --no-build-isolation --no-deps -e gemm > "$OUT/build_gemm.log" 2>&1
+      step "gemm build rc=$? ($(grep -c 'nvcc' "$OUT/build_gemm.log") nvcc lines)"
+      tail -3 "$OUT/build_gemm.log" | cut -c1-300 ;;
+    img2gray)
+      MAX_JOBS=8 timeout 200 python3 -m pip install --no-build-isolation --no-deps -e img2gray > "$OUT/build_img2gray.log" 2>&1
+      step "img2gray build rc=$?" ;;
+    test=*|test)
+      args="${arg#test}"; args="${args#=}"
+      timeout 420 python3 -m pytest ${args:-gemm/tests} -q -p no:cacheprovider --maxfail=10 > "$OUT/pytest.log" 2>&1
+      step "pytest rc=$?: $(tail -1 "$OUT/pytest.log")"
+      grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -10 | cut -c1-300 ;;
+    bench=*|bench)
+      args="${arg#bench}"; args="${args#=}"
+      timeout 540 python3 benchmarks/gemm_bench.py --out "$OUT" ${args} > "$OUT/bench_stdout.log" 2>&1
+      step "gemm_bench rc=$?"
+      tail -25 "$OUT/bench_stdout.log" | cut -c1-250 ;;
+  esac
+done
+step done

@@ -1,0 +1,361 @@
+// Decode-sized FP8 block-scaled GEMM (M <= 64) on Hopper: see sm90_decode.h for the contract.
+//
+// One CTA = one or two math warpgroups (64 weight rows each) and a producer warp. Per 128-wide K block
+// the producer's lane 0 loads the CTA's weight rows and the BT activation rows by TMA, and its 32 lanes
+// copy the block's scales (a_scale of each activation row, b_scale of the weight rows' 128-row block) with
+// cp.async, all completing on one "full" mbarrier. Each math warpgroup runs 4 wgmma m64nBTk32 (weights
+// from shared memory as the A operand, activations as B) into a temporary and promotes it, acc[row, tok]
+// += tmp[row, tok] * b_scale * a_scale[tok] (DeepSeek's recipe, fp32), with two temporaries so that the
+// next block's wgmmas run while this one is promoted. The k_split CTAs of a weight tile are one cluster:
+// each covers a contiguous range of K blocks, writes its fp32 partial tile to its own shared memory, and
+// after a cluster barrier each CTA sums a share of the tile over the cluster's CTAs in rank order
+// (distributed shared memory) and stores bf16.
+#include "sm90_decode.h"
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+#include "sm90_ptx.cuh"
+
+namespace fp8gemm::cuda::sm90 {
+namespace decode {
+
+template <int BT_, int kMathWGs_>
+struct Cfg {
+  static constexpr int BT = BT_;              // activation rows per wgmma (its N): 8, 16, 32 or 64
+  static constexpr int kMathWGs = kMathWGs_;  // 64 weight rows each
+  static constexpr int BW = 64 * kMathWGs;    // weight rows per CTA
+  static constexpr int kThreads = 128 * kMathWGs + 32;
+  static constexpr int kProducerWarp = 4 * kMathWGs;
+  static constexpr int kAcc = BT / 2;  // fp32 accumulators per thread (m64nBT)
+  // Two temporaries (the next block's wgmmas run during this one's promotion) where the wgmmas are long
+  // enough to hide; at BT = 8 ptxas would serialise the 4-register fragments anyway.
+  static constexpr bool kDoubleBuffer = BT >= 16;
+  static constexpr int kWBytes = BW * kBlockK, kXBytes = BT * kBlockK;
+  static constexpr int kTmaBytes = kWBytes + kXBytes;  // the TMA bytes of one stage
+  static constexpr int kCtasPerSm = ctas_per_sm(BT, kMathWGs);
+  static constexpr int kStageMemory = kCtasPerSm == 2 ? 96 * 1024 : 200 * 1024;
+  static constexpr int kStages = kStageMemory / kTmaBytes > 8 ? 8 : kStageMemory / kTmaBytes;
+  // Weight stages, activation stages (1024-aligned: 128-byte swizzle), then per stage BT a_scale values and
+  // one b_scale, then the barriers.
+  static constexpr int kOffX = kStages * kWBytes;
+  static constexpr int kOffSa = kOffX + kStages * kXBytes;
+  static constexpr int kOffSb = kOffSa + kStages * BT * 4;
+  static constexpr int kOffBar = (kOffSb + kStages * 4 + 7) / 8 * 8;
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOffBar + 2 * kStages * 8;
+  static_assert(BT == 8 || BT == 16 || BT == 32 || BT == 64, "BT: a Wgmma<> specialisation");
+  static_assert(kMathWGs == 1 || kMathWGs == 2, "a CTA's weight rows lie in one 128-row b_scale block");
+  static_assert(kWBytes % 1024 == 0 && kXBytes % 1024 == 0, "1024-byte aligned swizzled tiles");
+  static_assert(kStages >= 2, "at least two stages");
+  static_assert(BW * BT * 4 <= kOffSa, "the partial tile fits in the stage memory");
+};
+
+struct Params {
+  int32_t m, n, k;
+  const float* sa;
+  int64_t sa_sm, sa_skb;
+  const float* sb;
+  int64_t sb_snb, sb_skb;
+  uint16_t* out;
+  int64_t out_sm, out_sn;
+  float alpha;
+  int32_t kb_per_split;  // K blocks per CTA of a cluster
+};
+
+__device__ __forceinline__ uint16_t bf16_rne(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+
+// 4-byte global -> shared copy; src_bytes 0 writes a zero without reading.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// One arrival on the mbarrier once this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
+    fp8_decode_gemm_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
+                           const Params p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kOffBar);
+  uint64_t* empty = full + C::kStages;
+  const float* smem_sa = reinterpret_cast<const float*>(smem + C::kOffSa);
+  const float* smem_sb = reinterpret_cast<const float*>(smem + C::kOffSb);
+
+  const uint32_t split = cluster_ctarank(), nsplit = cluster_nctarank();
+  const int n0 = int(blockIdx.x / nsplit) * C::BW;
+  const int num_kb = (p.k + kBlockK - 1) / kBlockK;
+  const int kb0 = int(split) * p.kb_per_split;
+  const int kb1 = min(num_kb, kb0 + p.kb_per_split);
+  const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x / 32), 0), lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(&full[s], 1 + 32);           // the TMA's expect_tx arrival + one cp.async arrival per lane
+      mbar_init(&empty[s], 4 * C::kMathWGs);  // one arrival per math warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  // As a programmatic dependent of the preparation pass, the set-up above overlaps its tail; nothing
+  // below reads its outputs before it has completed. Without the launch attribute this returns at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  float acc[C::kAcc];
+#pragma unroll
+  for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
+  const int wg = warp / 4;                    // this math warpgroup's 64-row slice
+  const int r0 = (warp % 4) * 16 + lane / 4;  // accumulator rows r0 and r0 + 8 of the slice
+  const int c0 = 2 * (lane % 4);              // accumulator columns (activation rows) 8j + c0, 8j + c0 + 1
+
+  if (warp == C::kProducerWarp) {
+    // ---------------- producer warp ----------------
+    if (lane == 0) {
+      prefetch_map(&map_w);
+      prefetch_map(&map_x);
+    }
+    const float* sb_row = p.sb + int64_t(n0 / 128) * p.sb_snb;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int kb = kb0; kb < kb1; ++kb) {
+      if (lane == 0) {
+        mbar_wait(&empty[s], phase ^ 1);
+        mbar_arrive_expect_tx(&full[s], C::kTmaBytes);
+        tma_load_2d(smem + s * C::kWBytes, &map_w, &full[s], kb * kBlockK, n0);
+        tma_load_2d(smem + C::kOffX + s * C::kXBytes, &map_x, &full[s], kb * kBlockK, 0);
+      }
+      __syncwarp();  // the stage is free for every lane once lane 0 has seen it released
+      const uint32_t sa_dst = smem_addr(smem + C::kOffSa) + uint32_t(s * C::BT * 4);
+#pragma unroll
+      for (int t = lane; t < C::BT; t += 32)  // activation rows beyond m get 0
+        cp_async_4(sa_dst + 4u * uint32_t(t), p.sa + (t < p.m ? int64_t(t) * p.sa_sm + int64_t(kb) * p.sa_skb : 0),
+                   t < p.m ? 4u : 0u);
+      if (lane == 0) cp_async_4(smem_addr(smem + C::kOffSb) + uint32_t(s * 4), sb_row + int64_t(kb) * p.sb_skb, 4u);
+      cp_async_arrive(&full[s]);
+      if (++s == C::kStages) { s = 0; phase ^= 1; }
+    }
+  } else {
+    // ---------------- math warpgroups ----------------
+    constexpr int R = C::kAcc;
+    float tmp0[R], tmp1[R];
+    float f0[C::BT / 8][2], f1[C::BT / 8][2];  // promotion factors b_scale * a_scale of the block in tmp0 / tmp1
+    int s = 0;
+    uint32_t phase = 0;
+    // Waits for stage `stage`, reads its scales into f and issues its wgmmas into d (not waited for).
+    auto issue = [&](float* d, float (&f)[C::BT / 8][2], int stage, uint32_t ph) {
+      mbar_wait(&full[stage], ph);
+      const float sb = smem_sb[stage];
+#pragma unroll
+      for (int j = 0; j < C::BT / 8; ++j) {
+        f[j][0] = sb * smem_sa[stage * C::BT + 8 * j + c0];
+        f[j][1] = sb * smem_sa[stage * C::BT + 8 * j + c0 + 1];
+      }
+      const uint64_t dw = smem_desc_k128b(smem + stage * C::kWBytes + wg * 64 * kBlockK);
+      const uint64_t dx = smem_desc_k128b(smem + C::kOffX + stage * C::kXBytes);
+#pragma unroll
+      for (int i = 0; i < R; ++i) fence_reg(d[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 32; ++kk)  // K advances 32 bytes (2 descriptor units) in the swizzled rows
+        wgmma_call<C::BT>(dw + uint64_t(2 * kk), dx + uint64_t(2 * kk), d, kk > 0, std::make_index_sequence<R>{});
+      wgmma_commit();
+#pragma unroll
+      for (int i = 0; i < R; ++i) fence_reg(d[i]);
+    };
+    // After d's wgmmas completed: release the stage, promote d into acc.
+    auto promote = [&](float* d, const float (&f)[C::BT / 8][2]) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) fence_reg(d[i]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+      if (++s == C::kStages) { s = 0; phase ^= 1; }
+#pragma unroll
+      for (int j = 0; j < C::BT / 8; ++j) {
+        acc[4 * j + 0] = fmaf(d[4 * j + 0], f[j][0], acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(d[4 * j + 1], f[j][1], acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(d[4 * j + 2], f[j][0], acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(d[4 * j + 3], f[j][1], acc[4 * j + 3]);
+      }
+    };
+    // Double buffer: block i lives in tmp[i % 2]; block i + 1 is issued before block i is promoted. The steady state
+    // issues and waits unconditionally (wait_group 1), so ptxas can prove the promoted registers are not
+    // in flight and keeps the wgmmas asynchronous; the 1-2 block tail is peeled.
+    const int nkb = kb1 - kb0;
+    int s_next = s;
+    uint32_t ph_next = phase;
+    auto issue_next = [&](float* d, float (&f)[C::BT / 8][2]) {
+      issue(d, f, s_next, ph_next);
+      if (++s_next == C::kStages) { s_next = 0; ph_next ^= 1; }
+    };
+    if (!C::kDoubleBuffer) {
+      for (int i = 0; i < nkb; ++i) {
+        issue_next(tmp0, f0);
+        wgmma_wait<0>();
+        promote(tmp0, f0);
+      }
+    } else if (nkb > 0) {
+      issue_next(tmp0, f0);
+      int i = 0;
+      for (; i + 2 < nkb; i += 2) {
+        issue_next(tmp1, f1);
+        wgmma_wait<1>();
+        promote(tmp0, f0);
+        issue_next(tmp0, f0);
+        wgmma_wait<1>();
+        promote(tmp1, f1);
+      }
+      if (i + 1 < nkb) {
+        issue_next(tmp1, f1);
+        wgmma_wait<1>();
+        promote(tmp0, f0);
+        wgmma_wait<0>();
+        promote(tmp1, f1);
+      } else {
+        wgmma_wait<0>();
+        promote(tmp0, f0);
+      }
+    }
+  }
+
+  // acc element 4j + 2h + e is weight row n0 + 64 wg + r0 + 8h, activation row 8j + c0 + e.
+  const bool math = warp < C::kProducerWarp;
+  if (nsplit == 1) {
+    if (math) {
+#pragma unroll
+      for (int j = 0; j < C::BT / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int row = n0 + 64 * wg + r0 + 8 * h, tok = 8 * j + c0 + e;
+            if (row < p.n && tok < p.m)
+              p.out[int64_t(tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(acc[4 * j + 2 * h + e] * p.alpha);
+          }
+    }
+    return;
+  }
+
+  // Split K: once every math warpgroup's last wgmma has completed (the named barrier), the weight stages can
+  // hold this CTA's partial tile, part[tok * BW + row]; the cluster barrier publishes it to the other CTAs.
+  float* part = reinterpret_cast<float*>(smem);
+  if (math) {
+    if constexpr (C::kMathWGs > 1) named_barrier(1, 128 * C::kMathWGs);
+#pragma unroll
+    for (int j = 0; j < C::BT / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          part[(8 * j + c0 + e) * C::BW + 64 * wg + r0 + 8 * h] = acc[4 * j + 2 * h + e];
+  }
+  __syncwarp();
+  cluster_sync();
+  // Rank `split` sums its share of the tile over the cluster's CTAs in rank order: the same bits whichever
+  // CTA runs first. Consecutive threads take consecutive weight rows, i.e. consecutive output columns.
+  const int total = C::BW * C::BT, share = (total + int(nsplit) - 1) / int(nsplit);
+  const int first = int(split) * share, last = min(total, first + share);
+  const uint32_t part_addr = smem_addr(part);
+  for (int idx = first + int(threadIdx.x); idx < last; idx += C::kThreads) {
+    const int tok = idx / C::BW, row = n0 + idx % C::BW;
+    if (tok >= p.m || row >= p.n) continue;
+    float v = 0.0f;
+    for (uint32_t q = 0; q < nsplit; ++q) v += ld_shared_cluster_f32(part_addr + 4u * uint32_t(idx), q);
+    p.out[int64_t(tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(v * p.alpha);
+  }
+  cluster_sync();  // no CTA leaves while another may still read its shared memory
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host side
+// ------------------------------------------------------------------------------------------------
+template <class C>
+cudaError_t enable_smem(int dev) {
+  static std::atomic<bool> done[64] = {};
+  if (dev < 64 && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(fp8_decode_gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  if (e == cudaSuccess && dev < 64) done[dev].store(true, std::memory_order_release);
+  return e;
+}
+
+template <class C>
+cudaError_t launch(const DecodeArgs& a, cudaStream_t stream) {
+  CUtensorMap map_w, map_x;
+  if (!make_map_2d(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BW, kBlockK,
+                   CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !make_map_2d(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BT, kBlockK,
+                   CU_TENSOR_MAP_SWIZZLE_128B))
+    return cudaErrorInvalidValue;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
+  if (const cudaError_t e = enable_smem<C>(dev); e != cudaSuccess) return e;
+
+  const int kb = (a.k + kBlockK - 1) / kBlockK;
+  Params p{a.m,   a.n,         a.k,          a.sa,  a.sa_stride_m, a.sa_stride_kb, a.sb,
+           a.sb_stride_nb, a.sb_stride_kb, a.out, a.out_stride_m, a.out_stride_n, a.alpha,
+           (kb + a.k_split - 1) / a.k_split};
+  const int tiles = (a.n + C::BW - 1) / C::BW;
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(static_cast<unsigned>(tiles * a.k_split));
+  lc.blockDim = dim3(C::kThreads);
+  lc.dynamicSmemBytes = C::kSmemBytes;
+  lc.stream = stream;
+  lc.attrs = attrs;
+  attrs[lc.numAttrs].id = cudaLaunchAttributeClusterDimension;
+  attrs[lc.numAttrs].val.clusterDim.x = static_cast<unsigned>(a.k_split);
+  attrs[lc.numAttrs].val.clusterDim.y = 1;
+  attrs[lc.numAttrs].val.clusterDim.z = 1;
+  ++lc.numAttrs;
+  if (a.overlap_previous) {
+    attrs[lc.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[lc.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++lc.numAttrs;
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_decode_gemm_kernel<C>, map_w, map_x, p);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+template <int BT>
+cudaError_t launch_rows(const DecodeArgs& a, cudaStream_t stream) {
+  return a.rows_per_cta == 64 ? launch<Cfg<BT, 1>>(a, stream) : launch<Cfg<BT, 2>>(a, stream);
+}
+
+}  // namespace decode
+
+bool decode_can_implement(const DecodeArgs& a) {
+  auto al16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  return a.m >= 1 && a.m <= kDecodeMaxM && a.n >= 1 && a.k >= 1 && a.k % 16 == 0 && a.lda % 16 == 0 &&
+         a.ldb % 16 == 0 && al16(a.a) && al16(a.b) && a.sa != nullptr && a.sb != nullptr && a.out != nullptr &&
+         (a.rows_per_cta == 0 || a.rows_per_cta == 64 || a.rows_per_cta == 128) && a.k_split >= 0 &&
+         a.k_split <= kDecodeMaxSplit;
+}
+
+cudaError_t decode_run(const DecodeArgs& args, cudaStream_t stream) {
+  if (!decode_can_implement(args)) return cudaErrorInvalidValue;
+  const DecodeArgs a = decode_plan(args);
+  switch (decode::token_tile(a.m)) {
+    case 8: return decode::launch_rows<8>(a, stream);
+    case 16: return decode::launch_rows<16>(a, stream);
+    case 32: return decode::launch_rows<32>(a, stream);
+    default: return decode::launch_rows<64>(a, stream);
+  }
+}
+
+}  // namespace fp8gemm::cuda::sm90

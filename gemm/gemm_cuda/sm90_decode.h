@@ -1,0 +1,114 @@
+// Decode-sized FP8 block-scaled GEMM on Hopper (sm_90a): M <= 64 rows of activations against a weight
+// that is read once. Torch-free interface of sm90_decode.cu.
+//
+//   out[m, n] = bf16( alpha * sum_kb sa[m, kb] * sb[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k] )
+//
+// The weight rows are the wgmma's M side (64 per warpgroup slice) and the activation rows its N side
+// (8, 16, 32 or 64), so a handful of tokens costs no more tensor-core work than it needs. Each CTA
+// streams 64 or 128 weight rows over a range of K blocks through a TMA ring; the CTAs sharing a weight
+// tile form one thread-block cluster and add their fp32 partial sums through distributed shared memory
+// in a fixed order (deterministic, no workspace, one launch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include <cuda_runtime_api.h>
+
+namespace fp8gemm::cuda::sm90 {
+
+constexpr int kDecodeMaxM = 64;
+constexpr int kDecodeMaxSplit = 8;  // CTAs per cluster (portable limit)
+
+struct DecodeArgs {
+  int32_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;  // activations (m, k): K-major e4m3fn, 16-byte aligned base and row stride
+  int64_t lda = 0;
+  const void* b = nullptr;  // weights (n, k): K-major e4m3fn, 16-byte aligned base and row stride
+  int64_t ldb = 0;
+  const float* sa = nullptr;  // a_scale (m, ceil(k/128)), any strides (elements)
+  int64_t sa_stride_m = 0, sa_stride_kb = 0;
+  const float* sb = nullptr;  // b_scale (ceil(n/128), ceil(k/128)), any strides
+  int64_t sb_stride_nb = 0, sb_stride_kb = 0;
+  uint16_t* out = nullptr;  // bf16 (m, n), any strides
+  int64_t out_stride_m = 0, out_stride_n = 0;
+  float alpha = 1.0f;
+  int32_t rows_per_cta = 0;  // weight rows per CTA, 64 or 128; 0: chosen by decode_plan
+  int32_t k_split = 0;       // CTAs per weight tile along K, 1..kDecodeMaxSplit; 0: chosen by decode_plan
+  int32_t sm_count = 0;      // SMs of the device (0: taken as 132, an H100 / H200)
+  // Launch as a programmatic dependent of the stream's previous kernel (the launcher's preparation
+  // pass): the kernel waits for it (griddepcontrol.wait) before touching global memory.
+  bool overlap_previous = false;
+};
+
+bool decode_can_implement(const DecodeArgs& a);
+// Runs decode_plan(a) (shapes it leaves open are chosen there) and launches the kernel on `stream`.
+cudaError_t decode_run(const DecodeArgs& a, cudaStream_t stream);
+
+namespace decode {
+
+constexpr int kBlockK = 128;
+
+// Two CTAs per SM where the accumulators leave room (a register budget of 168 per thread), else one
+// with a deeper ring: either way about 200 KB of stages in flight per SM.
+constexpr int ctas_per_sm(int bt, int slices) { return bt * slices >= 128 ? 1 : 2; }
+
+// Activation rows per wgmma (its N) for m rows.
+constexpr int token_tile(int m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64; }
+
+// Estimated time (seconds) to stream the weight with `rows` weight rows per CTA and `split` CTAs per tile
+// along K: the weight bytes at the HBM's rate, the weight and activation tiles together at the L2's (every
+// CTA reads the activation rows again), or one CTA's share at the rate one CTA's ring sustains, whichever
+// is longest; plus a start-up cost per wave of CTAs (ctas_per_sm * sms at a time) and the cluster
+// reduction of a split tile. Constants fitted to H200 measurements of every plan on DeepSeek-V3 shapes
+// (benchmarks/gemm_bench.py --calibrate-decode).
+inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int sms) {
+  constexpr double kHbmRate = 3.4e12;        // bytes/s of weight the HBM delivers to streaming CTAs
+  constexpr double kL2Rate = 7.0e12;         // bytes/s of weight + activation tiles into the SMs
+  constexpr double kCtaRate = 20.0e9;        // bytes/s one CTA's TMA ring sustains
+  constexpr double kCtaSeconds = 0.25e-6;    // per wave of CTAs: the first loads in flight, the drain
+  constexpr double kReduceSeconds = 3.0e-6;  // a split tile: cluster barriers, the distributed-shared-memory sums
+  const int64_t tiles = (n + rows - 1) / rows;
+  const int64_t ctas = tiles * split, slots = int64_t(ctas_per_sm(bt, rows / 64)) * sms;
+  const int64_t kb_per = (kb + split - 1) / split;
+  const double w_bytes = double(tiles * rows) * double(kb * kBlockK);
+  const double wx_bytes = double(ctas) * double(kb_per) * double((rows + bt) * kBlockK);
+  const double cta_bytes = double(kb_per) * double(rows * kBlockK);
+  double t = w_bytes / kHbmRate;
+  if (wx_bytes / kL2Rate > t) t = wx_bytes / kL2Rate;
+  if (cta_bytes / kCtaRate > t) t = cta_bytes / kCtaRate;
+  const int64_t waves = (ctas + slots - 1) / slots;
+  return t + double(waves) * kCtaSeconds + (split > 1 ? kReduceSeconds : 0.0);
+}
+
+}  // namespace decode
+
+// rows_per_cta and k_split filled in where they are 0: the pair with the lowest decode::plan_cost, with
+// no CTA left without K blocks.
+inline DecodeArgs decode_plan(const DecodeArgs& a) {
+  DecodeArgs r = a;
+  const int64_t kb = (int64_t(a.k) + decode::kBlockK - 1) / decode::kBlockK;
+  const int sms = a.sm_count > 0 ? a.sm_count : 132;
+  const int bt = decode::token_tile(a.m);
+  bool found = false;
+  double best = 0.0;
+  for (const int rows : {128, 64}) {
+    if (a.rows_per_cta != 0 && rows != a.rows_per_cta) continue;
+    for (int split = 1; split <= kDecodeMaxSplit; ++split) {
+      if (a.k_split != 0 && split != a.k_split) continue;
+      const int64_t kb_per = (kb + split - 1) / split;
+      if (a.k_split == 0 && (split - 1) * kb_per >= kb) continue;
+      const double cost = decode::plan_cost(a.n, kb, bt, rows, split, sms);
+      if (!found || cost < best) {
+        found = true;
+        best = cost;
+        r.rows_per_cta = rows;
+        r.k_split = split;
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace fp8gemm::cuda::sm90
