@@ -222,9 +222,10 @@ bool operand_direct(const uint8_t* ptr, int64_t rows, int64_t k, int64_t s_row, 
   return ld % 16 == 0 && ld >= k;
 }
 
-bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb) {
-  // TMA over (rows, kb) contiguous along rows: 16-byte aligned base and K-block stride, rows % 4 == 0.
-  if (!aligned16(ptr) || rows % 4 != 0) return false;
+// a_scale as the kernels read it: TMA over (rows, kb) contiguous along rows with a 16-byte aligned base and
+// K-block stride (fp8_act_quant's layout: (ceil4(M), kb) storage); CUTLASS's kernels also want rows % 4 == 0.
+bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass) {
+  if (!aligned16(ptr) || (cutlass && rows % 4 != 0)) return false;
   if (s_row != 1 && rows > 1) return false;
   const int64_t ld = kb == 1 ? rows : s_kb;
   return ld % 4 == 0 && ld >= rows && ld <= INT32_MAX;
@@ -252,7 +253,9 @@ Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
   pl.k_kernel = (pl.convert_a || pl.convert_b) ? round_up(p.k, pl.f16 ? 8 : 16) : p.k;
   const size_t elem = pl.f16 ? 2 : 1;
 
-  pl.copy_sfa = !pl.decode && !row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb);
+  const bool cutlass = cfg.kernel == SK::kCutlass128x128 || cfg.kernel == SK::kCutlass128x128F16;
+  pl.copy_sfa =
+      !pl.decode && !row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, cutlass);
   pl.sfa_rows = pl.copy_sfa ? round_up(p.m, 4) : p.m;
   pl.copy_sfb = !pl.decode && !block_scales_direct(p.n_blocks(), kb, p.b_scale_stride_nb, p.b_scale_stride_kb);
 

@@ -554,7 +554,7 @@ bool can_implement(const KernelArgs& a) {
   // bf16 out with 16-byte rows (the launcher stages anything else); non-swapped problems only.
   auto al16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
   return a.m > 0 && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.lda % 16 == 0 && a.ldb % 16 == 0 && a.ldd % 8 == 0 &&
-         a.sfa_ld % 4 == 0 && a.sfa_rows % 4 == 0 && al16(a.a) && al16(a.b) && al16(a.d) && al16(a.sfa);
+         a.sfa_ld % 4 == 0 && al16(a.a) && al16(a.b) && al16(a.d) && al16(a.sfa);
 }
 
 // Launch configuration: programmatic stream serialization when the kernel may overlap the previous one

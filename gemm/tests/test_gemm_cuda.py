@@ -172,6 +172,23 @@ def test_torch_scale_layout_fast_path(shape):
     run_and_check(*shape, FN, "k_major", seed=7, scales="torch")
 
 
+@pytest.mark.parametrize("kernel", ["dispatch", "tile128x128", "tile192x128", "cutlass128x128"])
+@pytest.mark.parametrize("m", [130, 257, 333, 1000])
+def test_row_scales_padded_to_four(m, kernel, monkeypatch):
+    """a_scale as fp8_act_quant stores it: (ceil(M / 4) * 4, K / 128) M-contiguous storage, a (M, K / 128)
+    view with M % 4 != 0. The tile kernels read it in place, CUTLASS's through the preparation pass."""
+    if kernel != "dispatch":
+        monkeypatch.setenv("GEMM_CUDA_CONFIG", f"{kernel},dp,1,8")
+    n, k = 1536, 2048
+    a, b, a_scale, b_scale = make_inputs(m, n, k, FN, "k_major", seed=m, device="cuda")
+    storage = torch.full(((k + 127) // 128, (m + 3) // 4 * 4), float("nan"), device="cuda")
+    storage[:, :m] = a_scale.T
+    out = poisoned_out(m, n, device="cuda")
+    gemm.gemm(a, b, storage[:, :m].T, b_scale, out=out)
+    torch.cuda.synchronize()
+    check(out, a, b, a_scale, b_scale, exact=False)
+
+
 @pytest.mark.parametrize("shape", DEEPGEMM_SHAPES, ids=_shape_id)
 def test_deepgemm_shapes(shape):
     run_and_check(*shape, FN, "k_major", seed=11, scales="torch")
