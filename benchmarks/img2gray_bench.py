@@ -1,6 +1,6 @@
 """img2gray on a GPU vs what users would otherwise run, with the copy bandwidth measured in the same run.
 
-    python benchmarks/img2gray_bench.py --out benchmarks/results
+    python3 benchmarks/img2gray_bench.py [--out DIR]     (default benchmarks/out/, ignored by git)
 
 Times are medians of CUDA-graph replays (launch overhead out of the picture) rotating over enough input
 buffers that the working set exceeds L2. Bandwidth counts 4 bytes per pixel (3 read, 1 written).
@@ -82,7 +82,7 @@ def copy_bandwidth():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

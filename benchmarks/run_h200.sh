@@ -2,7 +2,13 @@
 # One H200 device call: build the kernels for CUDA from this tree, run their GPU tests, run the
 # benchmarks. Logs and results land in $OUT (the device tool brings them back).
 #
-#   bash benchmarks/run_h200.sh [build] [test[=PYTEST_ARGS]] [bench[=GEMM_BENCH_ARGS]] [img2gray]
+#   bash benchmarks/run_h200.sh [build] [img2gray] [test[=PYTEST_ARGS]] [bench[=GEMM_BENCH_ARGS]] [img2gray-bench]
+#
+#   build           pip build of gemm for CUDA (editable), log in build_gemm.log
+#   img2gray        the same for img2gray
+#   test=ARGS       pytest ARGS (default gemm/tests), log in pytest.log
+#   bench=ARGS      benchmarks/gemm_bench.py ARGS -> gemm_h200.{json,md,png,log}
+#   img2gray-bench  benchmarks/img2gray_bench.py -> img2gray_h200.{json,md,png}
 #
 # The CUTLASS headers (build.toml: cutlass_4_4) travel with the call in .carry/cutlass/include
 # (ci/setup.sh fetches them; the machine has no network).
@@ -30,6 +36,10 @@ for arg in "$@"; do
       timeout 420 python3 -m pytest ${args:-gemm/tests} -q -p no:cacheprovider --maxfail=10 > "$OUT/pytest.log" 2>&1
       step "pytest rc=$?: $(tail -1 "$OUT/pytest.log")"
       grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -10 | cut -c1-300 ;;
+    img2gray-bench)
+      timeout 300 python3 benchmarks/img2gray_bench.py --out "$OUT" > "$OUT/img2gray_bench_stdout.log" 2>&1
+      step "img2gray_bench rc=$?"
+      tail -8 "$OUT/img2gray_bench_stdout.log" | cut -c1-250 ;;
     bench=*|bench)
       args="${arg#bench}"; args="${args#=}"
       timeout 540 python3 benchmarks/gemm_bench.py --out "$OUT" ${args} > "$OUT/bench_stdout.log" 2>&1
