@@ -3,7 +3,8 @@
 //   * for the GPU (HIP device pass, __HIP_DEVICE_COMPILE__): thin wrappers over clang builtins,
 //     always inlined, so the ISA is what a hand-written kernel would give;
 //   * for the CPU SIMT emulator (FP8GEMM_SIMT_EMULATION, plain host C++, no HIP): the functions
-//     come from gfx942_simt_emulation.h, which implements the same names on a CPU execution layer;
+//     come from gfx942_simt_emulation.h (test infrastructure in tests/emulation/, on the include
+//     path of the emulated build only), which implements the same names on a CPU execution layer;
 //   * for the host pass of a .hip file: declarations only (device bodies are never emitted there).
 //
 // API (namespace fp8gemm::arch), all FP8GEMM_DEVICE:
@@ -64,7 +65,8 @@ constexpr int kLdsBytesPerCu = 65536;
 
 #if defined(FP8GEMM_SIMT_EMULATION)
 
-// Provides every function of the API above except opaque(), in namespace fp8gemm::arch, for the CPU.
+// Provides every function of the API above except opaque(), in namespace fp8gemm::arch, for the CPU
+// (tests/emulation/gfx942_simt_emulation.h; the product build never defines the macro).
 #include "gfx942_simt_emulation.h"
 
 namespace fp8gemm::arch {

@@ -1,7 +1,7 @@
 """Issue 7: the gfx942 GEMM's own device code, executed on the CPU SIMT emulator.
 
 The kernels of gemm/gemm/gemm_rocm_kernels.h and the pass plan of gemm_rocm_plan.h are compiled
-by the host C++ compiler with -DFP8GEMM_SIMT_EMULATION (gemm/include/gfx942_simt_emulation.h
+by the host C++ compiler with -DFP8GEMM_SIMT_EMULATION (gemm/tests/emulation/gfx942_simt_emulation.h
 supplies the architecture layer) into gemm/tests/emulation/gfx942_gemm_driver.cpp, and run as a
 subprocess with a timeout. MFMA lane layouts come from ../shared/amd_mfma/*.json through a header
 generated per test session. What this proves and what it cannot: gemm/docs/emulation.md.
@@ -63,7 +63,7 @@ def generate_tables(out_dir, permute=None):
 
 
 def compile_program(source, gen_dir, out_path, extra_includes=(), extra_flags=()):
-    cmd = [CXX, *CXXFLAGS, *extra_flags, f"-I{gen_dir}", f"-I{INCLUDE_DIR}", *[f"-I{d}" for d in extra_includes],
+    cmd = [CXX, *CXXFLAGS, *extra_flags, f"-I{gen_dir}", f"-I{EMU_DIR}", f"-I{INCLUDE_DIR}", *[f"-I{d}" for d in extra_includes],
            os.path.join(EMU_DIR, source), "-o", out_path]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"compile failed:\n{' '.join(cmd)}\n{r.stderr[-6000:]}"

@@ -1,6 +1,6 @@
 // Self-tests of the CPU SIMT execution layer, through kernels written against gfx942_arch.h exactly
 // as the gfx942 GEMM is. Built by gemm/tests/test_gfx942_emulation.py:
-//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -I<gen dir> -Igemm/include simt_selftest.cpp -pthread
+//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -I<gen dir> -Igemm/tests/emulation -Igemm/include simt_selftest.cpp -pthread
 // Usage: simt_selftest MODE [ARGS...]   (see main). Exit 0 on success; on an emulated fault the
 // KernelError report goes to stderr and the exit status is 2.
 #include <cstdio>
