@@ -14,7 +14,7 @@
 //   lds_load<T>(p), lds_store<T>(p, v)        T in {1, 2, 4, 8, 16}-byte PODs
 //   global_load<T>(p), global_store<T>(p, v)  same T set
 //   mfma_16x16x32_fp8(a, b, c) -> f32x4, mfma_32x32x16_fp8(a, b, c) -> f32x16
-//       wave-wide; a/b = the lane's 8 e4m3fnuz bytes, byte i = item i of shared/amd_mfma/*.json
+//       wave-wide; a/b = the lane's 8 e4m3fnuz bytes (byte i = item i of AMD's lane layout)
 //   shfl(v, src_lane)                ds_bpermute semantics (read v from lane src_lane)
 //   opaque(v)                        returns v; hides it from the optimiser (see below)
 // Vector types u32x4 / f32x4 / f32x16 are defined here for every mode (the emulator header must

@@ -1,7 +1,7 @@
 // Runs the gfx942 GEMM's own device code (gemm/gemm/gemm_rocm_kernels.h) on the CPU SIMT emulator,
 // through the same pass plan the HIP launcher executes (gemm/gemm/gemm_rocm_plan.h).
 //
-//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -I<gen dir> -Igemm/tests/emulation -Igemm/include -Igemm/gemm
+//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -Igemm/tests/emulation -Igemm/include -Igemm/gemm
 //       gfx942_gemm_driver.cpp -pthread -o gfx942_gemm_driver
 //   gfx942_gemm_driver DIR
 //   gfx942_gemm_driver --select M N K    (configuration the dispatch picks, JSON; nothing runs)

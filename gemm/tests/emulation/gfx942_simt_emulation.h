@@ -88,13 +88,13 @@ inline void global_store(T* p, const T& v, std::source_location site = std::sour
 
 inline f32x4 mfma_16x16x32_fp8(uint64_t a, uint64_t b, f32x4 c,
                                std::source_location site = std::source_location::current()) {
-  return simt_detail::mfma<f32x4, 4>(::fp8gemm::simt::generated::kMfma16x16x32, simt_detail::WaveOp::kMfma16x16x32,
+  return simt_detail::mfma<f32x4, 4>(::fp8gemm::simt::kMfma16x16x32, simt_detail::WaveOp::kMfma16x16x32,
                                      a, b, c, site);
 }
 
 inline f32x16 mfma_32x32x16_fp8(uint64_t a, uint64_t b, f32x16 c,
                                 std::source_location site = std::source_location::current()) {
-  return simt_detail::mfma<f32x16, 16>(::fp8gemm::simt::generated::kMfma32x32x16,
+  return simt_detail::mfma<f32x16, 16>(::fp8gemm::simt::kMfma32x32x16,
                                        simt_detail::WaveOp::kMfma32x32x16, a, b, c, site);
 }
 
