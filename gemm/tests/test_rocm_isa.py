@@ -220,6 +220,7 @@ def test_gemm_instantiation_isa(launcher_asm, kernels, kernel_index):
     # Registers: the whole workgroup must fit on one CU (waves spread over 4 SIMDs).
     assert int(meta[".max_flat_workgroup_size"]) == kd["threads"]
     assert ka.vgpr_total <= rocm_asm.vgpr_budget(kd["threads"]), (kd["name"], ka.vgpr_total)
+    assert ka.vgpr_total <= 256, (kd["name"], ka.vgpr_total)  # every instantiation: two waves per SIMD or more
     # ... and reach the occupancy the configuration was designed for (LDS and registers together).
     occ = rocm_asm.waves_per_simd(ka.vgpr_total, lds, kd["threads"])
     assert occ["waves_per_simd"] >= kd["waves_per_simd"], (kd["name"], occ, kd["waves_per_simd"])
