@@ -280,7 +280,7 @@ class Bound:
     split_k: int
     workgroups: int
     wg_per_cu: int
-    waves_per_simd: float
+    waves_per_simd: float  # resident on the busiest CU's SIMDs: min(occupancy limit, waves it gets)
     mfma_us: float
     valu_us: float
     lds_us: float
@@ -340,7 +340,8 @@ def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, split_
     else:
         hbm, mall = inputs + partials, inputs + partials
         reduce = (partials + out) / HBM_BYTES_PER_S * 1e6
-    return Bound(m, n, k, kernel["name"], split, wgs, occ["wg_per_cu"], occ["waves_per_simd"], mfma, valu, lds,
+    resident = min(occ["waves_per_simd"], simd_waves)
+    return Bound(m, n, k, kernel["name"], split, wgs, occ["wg_per_cu"], resident, mfma, valu, lds,
                  hbm / HBM_BYTES_PER_S * 1e6, mall / MALL_BYTES_PER_S * 1e6, reduce)
 
 
@@ -352,7 +353,8 @@ def geomean(values) -> float:
 def best_candidate(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict,
                    layout: str = "mn_major") -> Bound:
     """The configuration (kernel, split-K <= 8) with the lowest bound; near ties (within 1 %) go to
-    the higher occupancy, then to fewer splits."""
+    more resident waves per SIMD (latency hiding, which the model does not count), then to fewer
+    splits, then to fewer workgroups."""
     cands = [shape_bound(m, n, k, kd, counts[kd["id"]][layout], s, vgprs[kd["id"]])
              for kd in kernels for s in range(1, 9) if s <= math.ceil(k / 128)]
     best = min(c.bound_us for c in cands)
@@ -395,7 +397,7 @@ def render_step_table(kernels: list[dict], counts: dict, vgprs: dict) -> str:
 
 
 def render_bound_table(bounds: list[Bound], before: list[Bound]) -> str:
-    out = ["| M | N | K | instantiation | split-K | WGs | waves/SIMD | MFMA µs | VALU µs | LDS µs | HBM µs "
+    out = ["| M | N | K | instantiation | split-K | WGs | resident waves/SIMD | MFMA µs | VALU µs | LDS µs | HBM µs "
            "| MALL µs | bound µs | binding | before µs (binding) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for b, o in zip(bounds, before):
