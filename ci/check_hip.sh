@@ -2,7 +2,7 @@
 # Compile every HIP translation unit of the gemm kernel for gfx942 (MI300X) with clang-19 and keep
 # the device assembly (with its AMDGPU metadata: VGPR/AGPR/SGPR counts, LDS, scratch, spills).
 #
-#   ci/check_hip.sh [OUT_DIR]      (default: a fresh temp dir, printed at the end)
+#   ci/check_hip.sh [OUT_DIR]      (default: a fresh temp dir, printed at the end; HIP_STD=c++20 picks the standard)
 #
 # For each gemm/gemm/*.hip it writes OUT_DIR/<name>.gfx942.s (device-only -S) and also runs a full
 # host+device `-c` compile, so the host pass against the HIP headers is checked as well.
@@ -47,7 +47,7 @@ if [[ ! -f "$src_lib/oclc_isa_version_942.bc" ]]; then
   "$LLVM_AS" "$work/isa942.ll" -o "$devlib/oclc_isa_version_942.bc"
 fi
 
-flags=(-x hip --offload-arch=gfx942 -O3 -std=c++17 -Wall -Wextra -Werror
+flags=(-x hip --offload-arch=gfx942 -O3 -std="${HIP_STD:-c++17}" -Wall -Wextra -Werror
        --rocm-device-lib-path="$devlib" -I"$kernel_dir/include" -I"$kernel_dir/gemm")
 
 status=0

@@ -23,7 +23,7 @@ __global__ __launch_bounds__(kReduceThreads) void reduce_kernel(ReduceArgs args)
 
 // Every tuned/generic configuration is instantiated here (the ISA test checks each of them).
 template __global__ void gemm_kernel<GemmKernelId::kT64x64_W2x2_M16>(GemmArgs);
-template __global__ void gemm_kernel<GemmKernelId::kT128x64_W2x2_M32>(GemmArgs);
+template __global__ void gemm_kernel<GemmKernelId::kT128x64_W2x1x2_M32>(GemmArgs);
 template __global__ void gemm_kernel<GemmKernelId::kT128x128_W2x2_M32>(GemmArgs);
 template __global__ void gemm_kernel<GemmKernelId::kT256x128_W4x2_M32>(GemmArgs);
 

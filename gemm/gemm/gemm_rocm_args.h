@@ -26,7 +26,9 @@ struct PackArgs {
 
 // Main pass. Each operand is read either K-major (rows of lda/ldb bytes, 16-byte aligned, valid k
 // in [0, k_limit), k_limit a multiple of 16; bytes at k >= K inside the limit are zero) or
-// MN-major (see a_mn_major). Bytes are e4m3fnuz, or e4m3fn converted on the way to LDS.
+// MN-major (see a_mn_major). Bytes are e4m3fnuz (e4m3fn operands arrive packed and converted).
+// The plan keeps every byte the kernel addresses inside one tile's K block below 2 GiB from the
+// block's first byte (buffer-load offsets are 32-bit).
 struct GemmArgs {
   const uint8_t* a;
   int64_t lda;
@@ -36,7 +38,7 @@ struct GemmArgs {
   int64_t a_scale_stride_m, a_scale_stride_kb;
   const float* b_scale;
   int64_t b_scale_stride_nb, b_scale_stride_kb;
-  float scale_factor;  // 1, or 4 for e4m3fn inputs (fp8_numerics.h)
+  float scale_factor;  // 1, or 4 for e4m3fn inputs converted by the pack pass (fp8_numerics.h)
   int32_t m, n, k_limit;
   int32_t k_blocks;        // ceil(K / 128)
   int32_t kb_per_split;    // K blocks handled by one blockIdx.z
@@ -48,15 +50,12 @@ struct GemmArgs {
   float* partial;
   int64_t partial_ld, partial_split_stride;
   int32_t split_k;
-  // 1: the operand is read in place as e4m3fn; its bytes are mapped to e4m3fnuz on the way to LDS
-  // (fp8_numerics.h; scale_factor then carries the factor 4). Packed operands are already fnuz.
-  int32_t convert_a_e4m3fn, convert_b_e4m3fn;
   // 1: the operand is read in place MN-major (rows contiguous; lda / ldb is then the byte stride
   // between consecutive k) and transposed in registers on the way to LDS.
   int32_t a_mn_major, b_mn_major;
   int32_t k;  // logical K (MN-major operands mask k rows >= k)
-  // 1: split_k == 1, out row-contiguous, 16-byte aligned rows and n % 8 == 0: the epilogue stages
-  // bf16 through LDS and writes 16-byte chunks.
+  // 1: split_k == 1, out row-contiguous, 16-byte aligned rows and n % 8 == 0: the epilogue writes
+  // four bf16 columns per 8-byte store.
   int32_t out_vector_ok;
 };
 

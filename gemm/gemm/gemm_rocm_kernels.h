@@ -8,16 +8,24 @@
 //     (BM/WM) x (BN/WN) sub-tile built from 32x32x16 or 16x16x32 fp8 MFMAs;
 //   * operands read K-major (DeepSeek/vLLM layout) or MN-major (the AMD challenge layout, transposed
 //     in registers on the way to LDS, see TileStager), or from a packed K-major copy (pack_body);
+//     all e4m3fnuz (e4m3fn operands are converted by the pack pass);
+//   * global loads are buffer loads: rows past M/N and k past K read as zeros through the buffer
+//     range or an out-of-range offset, with no branch; the per-lane offsets are loop-invariant and
+//     the per-step base moves in scalar registers;
 //   * K-major A and B tiles in LDS, 128-byte rows whose 16-byte chunks are XOR-swizzled by
 //     row % 8: the 8 lanes of each ds_read_b128 / ds_write_b128 phase hit all 32 banks once, and
 //     without padding a 128x128 tile takes exactly 32 KiB (2 workgroups per CU);
-//   * software pipeline: the next K block's dwordx4 global loads are issued into registers before
-//     the MFMAs of the current block, then written to LDS after a barrier (register double
-//     buffering with one LDS buffer, which is what keeps 2 workgroups per CU);
-//   * per K block the MFMAs accumulate into a zeroed fp32 partial, then one
-//     (a_scale * b_scale) multiply-add folds it into the fp32 accumulator; each lane loads the
-//     a_scale of one wave-tile row and the MFMA result rows fetch theirs with ds_bpermute (shfl),
-//     so a_scale needs no LDS;
+//   * software pipeline: the next K block's global loads are issued into registers before the
+//     MFMAs of the current block, then written to LDS after a barrier (register double buffering
+//     with one LDS buffer, which is what keeps 2 workgroups per CU);
+//   * the MFMAs compute the transposed product (B fragment as the instruction's A operand), so an
+//     accumulator column is an output row: each lane needs the a_scale of kSubM rows only, loaded
+//     straight from memory, and b_scale is one scalar load per tile and K block;
+//   * per K block the MFMAs accumulate into a zeroed fp32 partial, then one multiply-add per output
+//     folds it into the fp32 accumulator with a_scale[row] * b_scale;
+//   * with waves_k > 1, that many waves share each output sub-tile, each multiplying its own slice of
+//     every K block (bigger wave tiles: fewer LDS bytes per MFMA); their accumulators are summed
+//     through LDS before the epilogue;
 //   * split-K over blockIdx.z writes fp32 partials reduced by reduce_body.
 #pragma once
 
@@ -37,6 +45,8 @@ struct KernelCfg {
   static constexpr int kBlockN = kShape.block_n;
   static constexpr int kWavesM = kShape.waves_m;
   static constexpr int kWavesN = kShape.waves_n;
+  static constexpr int kWavesK = kShape.waves_k;
+  static constexpr int kWaveK = kShape.wave_k();  // K bytes of each block one wave multiplies
   static constexpr int kThreads = kShape.threads();
   static constexpr int kMfma = kShape.mfma;  // 16 or 32 (the MFMA's M == N)
   static constexpr int kWaveTileM = kShape.wave_tile_m();
@@ -50,7 +60,7 @@ template <class F>
 inline bool visit_gemm_kernel(GemmKernelId id, F&& f) {
   switch (id) {
     case GemmKernelId::kT64x64_W2x2_M16: f(KernelCfg<GemmKernelId::kT64x64_W2x2_M16>{}); return true;
-    case GemmKernelId::kT128x64_W2x2_M32: f(KernelCfg<GemmKernelId::kT128x64_W2x2_M32>{}); return true;
+    case GemmKernelId::kT128x64_W2x1x2_M32: f(KernelCfg<GemmKernelId::kT128x64_W2x1x2_M32>{}); return true;
     case GemmKernelId::kT128x128_W2x2_M32: f(KernelCfg<GemmKernelId::kT128x128_W2x2_M32>{}); return true;
     case GemmKernelId::kT256x128_W4x2_M32: f(KernelCfg<GemmKernelId::kT256x128_W4x2_M32>{}); return true;
     default: return false;
@@ -95,16 +105,22 @@ FP8GEMM_DEVICE void tile_coords(int wg, int tiles_m, int tiles_n, int& tm, int& 
 }
 
 // 4x4 byte transpose: x[q] holds k = q for 4 consecutive rows (byte j = row j); returns y[j]
-// holding k = 0..3 of row j (byte q = k q).
+// holding k = 0..3 of row j (byte q = k q). Eight byte permutes: first interleave k pairs
+// (t01l = r0k0 r0k1 r1k0 r1k1, ...), then pick each row's four bytes.
 FP8GEMM_DEVICE void transpose_4x4_bytes(const uint32_t x[4], uint32_t y[4]) {
-  const uint32_t t0 = (x[0] & 0x00ff00ffu) | ((x[1] & 0x00ff00ffu) << 8);
-  const uint32_t t1 = ((x[0] >> 8) & 0x00ff00ffu) | (x[1] & 0xff00ff00u);
-  const uint32_t t2 = (x[2] & 0x00ff00ffu) | ((x[3] & 0x00ff00ffu) << 8);
-  const uint32_t t3 = ((x[2] >> 8) & 0x00ff00ffu) | (x[3] & 0xff00ff00u);
-  y[0] = (t0 & 0xffffu) | (t2 << 16);
-  y[1] = (t1 & 0xffffu) | (t3 << 16);
-  y[2] = (t0 >> 16) | (t2 & 0xffff0000u);
-  y[3] = (t1 >> 16) | (t3 & 0xffff0000u);
+  // perm(hi, lo, sel): byte i of the result is byte sel_i of the 8-byte value hi:lo.
+  const uint32_t t01l = arch::perm(x[1], x[0], 0x05010400u);  // x0.b0 x1.b0 x0.b1 x1.b1
+  const uint32_t t01h = arch::perm(x[1], x[0], 0x07030602u);  // x0.b2 x1.b2 x0.b3 x1.b3
+  const uint32_t t23l = arch::perm(x[3], x[2], 0x05010400u);
+  const uint32_t t23h = arch::perm(x[3], x[2], 0x07030602u);
+  y[0] = arch::perm(t23l, t01l, 0x05040100u);  // t01l.b0 t01l.b1 t23l.b0 t23l.b1
+  y[1] = arch::perm(t23l, t01l, 0x07060302u);
+  y[2] = arch::perm(t23h, t01h, 0x05040100u);
+  y[3] = arch::perm(t23h, t01h, 0x07060302u);
+}
+
+FP8GEMM_DEVICE uint32_t clamp_bytes(int64_t bytes) {
+  return bytes <= 0 ? 0u : bytes >= int64_t{arch::kBufferMaxBytes} ? arch::kBufferMaxBytes : static_cast<uint32_t>(bytes);
 }
 
 // One operand's share of the global -> LDS copy of a kRows x 128 (K) tile, staged in registers
@@ -115,8 +131,12 @@ FP8GEMM_DEVICE void transpose_4x4_bytes(const uint32_t x[4], uint32_t y[4]) {
 //     kq = tid % 32) reads k = 4kq..4kq+3 of rows [mg * kMnRows, +kMnRows) as 4 dwordx4 (or
 //     dwordx2) loads, transposes 4x4 byte blocks in registers and writes each row's 4 k bytes with
 //     ds_write_b32. The 32 kq of a half-wave cover all 8 chunks x 4 dwords of a row's swizzle
-//     pattern, so those writes are conflict-free too. Needs kRows-row blocks of whole kMnRows rows
-//     (the plan only picks it when rows % 16 == 0) and 16-byte aligned rows.
+//     pattern, so those writes are conflict-free too. Needs whole kMnRows-row groups (the plan
+//     only picks it when rows % 16 == 0) and 16-byte aligned k rows.
+// Bounds without branches: each lane's offsets (from the K block's origin) are computed once, with
+// kBufferOob for rows past the operand; the buffer of a K block ends where its valid bytes end (the
+// last valid k row, MN-major; the last valid row's last valid chunk, K-major), and a K-major chunk
+// past k_valid takes kBufferOob (one select per load).
 // LDS layout either way: row r at r * 128, 16-byte chunk c stored at chunk c ^ (r % 8).
 template <int kRows, int kThreads, bool kMn>
 struct TileStager {
@@ -124,57 +144,62 @@ struct TileStager {
   static constexpr int kRowStep = kThreads / 8;                      // K-major: rows between pieces
   static constexpr int kMnRows = 4 * kChunks;                        // MN-major: rows per thread
   static constexpr int kQPerWord = 4 / kChunks;                      // MN-major: k rows per stage vector
+  static constexpr int kLoads = kMn ? 4 : kChunks;                   // buffer loads per K block
   static_assert(kChunks == 2 || kChunks == 4, "stager supports 2 or 4 pieces per thread");
   static_assert(kRowStep % 8 == 0, "pieces of one thread share the swizzle key");
   static_assert(kRows / kMnRows * 32 == kThreads, "MN-major thread mapping");
 
-  // One lane-dependent base pointer; the offsets of the other pieces and of the K blocks are
-  // uniform (SGPRs), which keeps the VGPR budget of the 128x128 kernel at 2 waves per SIMD.
-  const uint8_t* src;
+  const uint8_t* origin;  // the tile's first row at k = 0
   int64_t ld;
-  int row;       // K-major: tile row of piece 0; MN-major: first of this thread's rows
-  int kofs;      // k offset (inside the K block) of this thread's first byte / k row
-  int rows_left; // valid rows of the operand from the tile's first row
-  int k_valid;   // K-major: k_limit (multiple of 16); MN-major: logical K
+  int64_t tail;           // K-major: (valid rows - 1) * ld
+  int k_valid;            // K-major: k_limit (multiple of 16); MN-major: logical K
+  int row;                // K-major: tile row of piece 0; MN-major: first of this thread's rows
+  int kofs;               // k offset (inside the K block) of this thread's first byte / k row
+  uint32_t off[kLoads];   // per load, from the K block's origin; kBufferOob when out of range
   arch::u32x4 stage[kChunks];
 
   FP8GEMM_DEVICE void init(const uint8_t* base, int64_t ld_, int row0, int rows_total, int k_valid_, int tid) {
     ld = ld_;
     k_valid = k_valid_;
-    rows_left = rows_total - row0;
+    const int rows_left = rows_total - row0;  // >= 1: the tile exists
     if constexpr (!kMn) {
+      origin = base + static_cast<int64_t>(row0) * ld;
       row = tid / 8;
       kofs = (tid % 8) * 16;
-      src = base + static_cast<int64_t>(row0 + row) * ld + kofs;
+      tail = static_cast<int64_t>((rows_left < kRows ? rows_left : kRows) - 1) * ld;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int r = row + i * kRowStep;
+        off[i] = r < rows_left ? static_cast<uint32_t>(static_cast<int64_t>(r) * ld + kofs) : arch::kBufferOob;
+      }
     } else {
+      origin = base + row0;
       row = (tid / 32) * kMnRows;
       kofs = 4 * (tid % 32);
-      src = base + static_cast<int64_t>(kofs) * ld + row0 + row;
+      tail = 0;
+      const bool rows_ok = row + kMnRows <= rows_left;  // whole row groups only (plan: rows % 16 == 0)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        off[q] = rows_ok ? static_cast<uint32_t>(static_cast<int64_t>(kofs + q) * ld + row) : arch::kBufferOob;
     }
   }
 
   FP8GEMM_DEVICE void load(int kb) {
     const int k0 = kb * kBlockK;
-    const arch::u32x4 zero16 = {0u, 0u, 0u, 0u};
     if constexpr (!kMn) {
-      const bool k_ok = k0 + kofs < k_valid;
+      const arch::BufferRsrc rsrc = arch::make_buffer(origin + k0, clamp_bytes(tail + (k_valid - k0)));
+      const bool k_ok = kofs < k_valid - k0;
 #pragma unroll
-      for (int i = 0; i < kChunks; ++i)
-        stage[i] = (k_ok && row + i * kRowStep < rows_left)
-                       ? arch::global_load(reinterpret_cast<const arch::u32x4*>(
-                             src + static_cast<int64_t>(i * kRowStep) * ld + k0))
-                       : zero16;
+      for (int i = 0; i < kChunks; ++i) stage[i] = arch::buffer_load<arch::u32x4>(rsrc, k_ok ? off[i] : arch::kBufferOob);
     } else {
-      const bool rows_ok = row + kMnRows <= rows_left;  // whole row groups only (plan: rows % 16 == 0)
+      const arch::BufferRsrc rsrc =
+          arch::make_buffer(origin + static_cast<int64_t>(k0) * ld, clamp_bytes(static_cast<int64_t>(k_valid - k0) * ld));
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const bool ok = rows_ok && k0 + kofs + q < k_valid;
-        const uint8_t* p = src + static_cast<int64_t>(k0 + q) * ld;
         if constexpr (kChunks == 4) {
-          stage[q] = ok ? arch::global_load(reinterpret_cast<const arch::u32x4*>(p)) : zero16;
+          stage[q] = arch::buffer_load<arch::u32x4>(rsrc, off[q]);
         } else {
-          const arch::u32x2 zero8 = {0u, 0u};
-          const arch::u32x2 v = ok ? arch::global_load(reinterpret_cast<const arch::u32x2*>(p)) : zero8;
+          const arch::u32x2 v = arch::buffer_load<arch::u32x2>(rsrc, off[q]);
           stage[q / kQPerWord][2 * (q % kQPerWord)] = v[0];
           stage[q / kQPerWord][2 * (q % kQPerWord) + 1] = v[1];
         }
@@ -182,19 +207,12 @@ struct TileStager {
     }
   }
 
-  FP8GEMM_DEVICE void convert_e4m3fn() {
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i)
-#pragma unroll
-      for (int w = 0; w < 4; ++w) stage[i][w] = e4m3fn_to_e4m3fnuz_x4(stage[i][w]);
-  }
-
   FP8GEMM_DEVICE void store(uint8_t* tile) const {
     if constexpr (!kMn) {
-      const int off = row * kBlockK + ((kofs / 16) ^ (row % 8)) * 16;
+      const int off0 = row * kBlockK + ((kofs / 16) ^ (row % 8)) * 16;
 #pragma unroll
       for (int i = 0; i < kChunks; ++i)
-        arch::lds_store(reinterpret_cast<arch::u32x4*>(tile + off + i * kRowStep * kBlockK), stage[i]);
+        arch::lds_store(reinterpret_cast<arch::u32x4*>(tile + off0 + i * kRowStep * kBlockK), stage[i]);
     } else {
       // Word d of k row q is flat word q * kChunks + d; it holds rows 4d..4d+3 of this thread.
       const int chunk = kofs / 16, in_chunk = kofs % 16;
@@ -214,9 +232,13 @@ struct TileStager {
   }
 };
 
-}  // namespace detail
-
-namespace detail {
+// bf16 of four fp32 values, packed little-endian (element 0 in the low half of word 0).
+FP8GEMM_DEVICE arch::u32x2 pack_bf16x4(float a, float b, float c, float d) {
+  arch::u32x2 v;
+  v[0] = uint32_t{f32_to_bf16_rne(a)} | (uint32_t{f32_to_bf16_rne(b)} << 16);
+  v[1] = uint32_t{f32_to_bf16_rne(c)} | (uint32_t{f32_to_bf16_rne(d)} << 16);
+  return v;
+}
 
 template <class Cfg, bool kMn>
 FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
@@ -227,9 +249,10 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
   constexpr int kSubM = Cfg::kWaveTileM / kMfma;       // MFMA tiles per wave along M
   constexpr int kSubN = Cfg::kWaveTileN / kMfma;
   constexpr int kLaneGroups = 64 / kMfma;              // lanes sharing a row, each with its own K range
-  constexpr int kLaneK = kBlockK / kLaneGroups;        // contiguous K bytes per lane per K block
+  constexpr int kLaneK = Cfg::kWaveK / kLaneGroups;    // contiguous K bytes per lane per K block
   constexpr int kReads = kLaneK / 16;                  // ds_read_b128 per fragment row per K block
   constexpr int kItems = Traits::kItems;
+  constexpr int kQuads = kItems / 4;                   // groups of 4 consecutive output columns
 
   uint8_t* const lds = arch::lds_base();
   uint8_t* const lds_a = lds;
@@ -251,34 +274,42 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
   TileStager<kBN, kThreads, kMn> stage_b;
   stage_a.init(g.a, g.lda, m0, g.m, kMn ? g.k : g.k_limit, tid);
   stage_b.init(g.b, g.ldb, n0, g.n, kMn ? g.k : g.k_limit, tid);
-  // a_scale: lane l of a wave loads the scale of row (l % wave tile rows) of its wave tile.
-  const int wave_m = wave / Cfg::kWavesN, wave_n = wave % Cfg::kWavesN;
-  const int scale_row = m0 + wave_m * Cfg::kWaveTileM + lane % Cfg::kWaveTileM;
-  const bool scale_row_ok = scale_row < g.m;
-  const float* a_scale_src = g.a_scale + static_cast<int64_t>(scale_row_ok ? scale_row : 0) * g.a_scale_stride_m;
-  const float* b_scale_src = g.b_scale + static_cast<int64_t>(n0 / 128) * g.b_scale_stride_nb;
-  float a_scale_stage = 0.0f, b_scale_stage = 0.0f;
+
+  // The accumulator column of this lane in every MFMA tile is output row m_lane + i * kMfma.
+  constexpr int kTileWaves = Cfg::kWavesM * Cfg::kWavesN;  // waves with distinct output sub-tiles
+  const int wave_k = wave / kTileWaves, wave_mn = wave % kTileWaves;
+  const int wave_m = wave_mn / Cfg::kWavesN, wave_n = wave_mn % Cfg::kWavesN;
+  const int m_lane = m0 + wave_m * Cfg::kWaveTileM + lane % kMfma;
+  // a_scale of those rows (rows past M read row M - 1's: their outputs are never stored).
+  const float* a_scale_src[kSubM];
+#pragma unroll
+  for (int i = 0; i < kSubM; ++i) {
+    const int r = m_lane + i * kMfma < g.m ? m_lane + i * kMfma : g.m - 1;
+    a_scale_src[i] = g.a_scale + static_cast<int64_t>(r) * g.a_scale_stride_m;
+  }
+  const float* const b_scale_col = g.b_scale + static_cast<int64_t>(n0 / 128) * g.b_scale_stride_nb;
+  float a_scale_stage[kSubM], b_scale_stage;
 
   auto load_stage = [&](int kb) {
     stage_a.load(kb);
     stage_b.load(kb);
-    const float a_scale_v = arch::global_load(scale_row_ok ? a_scale_src + static_cast<int64_t>(kb) * g.a_scale_stride_kb : g.a_scale);
-    a_scale_stage = scale_row_ok ? a_scale_v : 0.0f;
-    b_scale_stage = arch::global_load(b_scale_src + static_cast<int64_t>(kb) * g.b_scale_stride_kb);
+#pragma unroll
+    for (int i = 0; i < kSubM; ++i)
+      a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb) * g.a_scale_stride_kb);
+    b_scale_stage = arch::scalar_load_f32(
+        arch::make_buffer(b_scale_col + static_cast<int64_t>(kb) * g.b_scale_stride_kb, sizeof(float)), 0);
   };
 
   // ---- this lane's MFMA fragment rows --------------------------------------------------------
-  const int frag_row = lane % kMfma;                  // A row / B column inside one MFMA tile
-  const int frag_chunk = (lane / kMfma) * (kLaneK / 16); // first 16-byte K chunk of this lane
+  const int frag_row = lane % kMfma;  // A row / B column inside one MFMA tile
+  // First 16-byte K chunk of this lane: its wave's K share, then its lane group's part of it.
+  const int frag_chunk = wave_k * (Cfg::kWaveK / 16) + (lane / kMfma) * (kLaneK / 16);
   // Tile origins and MFMA strides are multiples of 8 rows, so every fragment row has the swizzle
   // key frag_row % 8.
   const int swizzle = frag_row % 8;
   const int a_frag_base = (wave_m * Cfg::kWaveTileM + frag_row) * kRow;
   const int b_frag_base = (wave_n * Cfg::kWaveTileN + frag_row) * kRow;
   static_assert(Cfg::kWaveTileM % 8 == 0 && Cfg::kWaveTileN % 8 == 0 && kMfma % 8 == 0, "swizzle key");
-  // Accumulator item r of an MFMA tile sits at row 8*(r/4) + 4*(lane/kMfma) + r%4 (both shapes;
-  // shared/amd_mfma/*.json D tables), column lane % kMfma.
-  const int acc_row_lane = 4 * (lane / kMfma);
 
   Acc acc[kSubM][kSubN];
 #pragma unroll
@@ -289,13 +320,17 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
       for (int r = 0; r < kItems; ++r) acc[i][j][r] = 0.0f;
 
   load_stage(kb_begin);
+  if constexpr (kMn)
+    FP8GEMM_ISA_NOTE("main loop mn-major");
+  else
+    FP8GEMM_ISA_NOTE("main loop k-major");
   for (int kb = kb_begin; kb < kb_end; ++kb) {
-    if (g.convert_a_e4m3fn) stage_a.convert_e4m3fn();  // uniform; e4m3fn operands read in place
-    if (g.convert_b_e4m3fn) stage_b.convert_e4m3fn();
     stage_a.store(lds_a);
     stage_b.store(lds_b);
-    const float a_scale_mine = a_scale_stage;
     const float b_scale_now = b_scale_stage * g.scale_factor;
+    float scale[kSubM];
+#pragma unroll
+    for (int i = 0; i < kSubM; ++i) scale[i] = a_scale_stage[i] * b_scale_now;
     arch::barrier();
 
     if (kb + 1 < kb_end) load_stage(kb + 1);  // in flight while the MFMAs below run
@@ -313,97 +348,136 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
       arch::u32x4 af[kSubM], bf[kSubN];
       const int chunk_off = ((frag_chunk + s) ^ swizzle) * 16;
 #pragma unroll
-      for (int i = 0; i < kSubM; ++i)
+      for (int i = 0; i < kSubM; ++i) {
         af[i] = arch::lds_load(reinterpret_cast<const arch::u32x4*>(lds_a + a_frag_base + i * kMfma * kRow + chunk_off));
+        arch::keep(af[i]);
+      }
 #pragma unroll
-      for (int j = 0; j < kSubN; ++j)
+      for (int j = 0; j < kSubN; ++j) {
         bf[j] = arch::lds_load(reinterpret_cast<const arch::u32x4*>(lds_b + b_frag_base + j * kMfma * kRow + chunk_off));
-      // The 16 bytes give two MFMA K steps. A and B use the same K order, so the dot product is
-      // the same whichever 8 K values an MFMA step takes.
+        arch::keep(bf[j]);
+      }
+      // The 16 bytes give two MFMA K steps; A and B use the same K order, so the dot product is the
+      // same whichever 8 K values an MFMA step takes. B's fragment is the instruction's A operand:
+      // the result is the transposed tile (accumulator row = output column).
 #pragma unroll
       for (int i = 0; i < kSubM; ++i)
 #pragma unroll
-        for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(lo64(af[i]), lo64(bf[j]), part[i][j]);
+        for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(lo64(bf[j]), lo64(af[i]), part[i][j]);
 #pragma unroll
       for (int i = 0; i < kSubM; ++i)
 #pragma unroll
-        for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(hi64(af[i]), hi64(bf[j]), part[i][j]);
+        for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(hi64(bf[j]), hi64(af[i]), part[i][j]);
     }
 
-    // One scale multiply per output per K block: acc += part * (a_scale[row] * b_scale).
-    // The lane-dependent part of the shfl source is made opaque so the compiler rebuilds the
-    // kSubM * kItems source lanes here each iteration instead of keeping them all live.
-    const int scale_lane_base = arch::opaque(acc_row_lane);
+    // One scale multiply-add per output per K block: every item of sub-tile row i is output row
+    // m_lane + i * kMfma, so one scale per i.
 #pragma unroll
-    for (int i = 0; i < kSubM; ++i) {
+    for (int i = 0; i < kSubM; ++i)
 #pragma unroll
-      for (int r = 0; r < kItems; ++r) {
-        // Row (inside the wave tile) of accumulator item r; its a_scale sits in that lane.
-        const int src_lane = i * kMfma + 8 * (r / 4) + scale_lane_base + (r % 4);
-        const float a_scale_row = bits_f32(static_cast<uint32_t>(arch::shfl(static_cast<int>(f32_bits(a_scale_mine)), src_lane)));
-        const float s = a_scale_row * b_scale_now;
-#pragma unroll
-        for (int j = 0; j < kSubN; ++j) acc[i][j][r] += part[i][j][r] * s;
-      }
-    }
+      for (int j = 0; j < kSubN; ++j) acc[i][j] += part[i][j] * scale[i];  // vector op: packed fp32 FMAs
     arch::barrier();  // every wave is done with this K block's LDS before it is overwritten
   }
 
   // ---- epilogue ------------------------------------------------------------------------------
-  const int col_lane = lane % kMfma;
-  if (g.out_vector_ok) {
-    // bf16 through LDS so the global stores are 16-byte, row-contiguous (the MFMA result holds a
-    // column fragment per lane). One MFMA row block (kMfma rows x wave tile columns) per round,
-    // in a per-wave LDS region whose rows are padded by 16 bytes (the two lane halves, 4 rows
-    // apart, then land on different banks). The K loop ended with a barrier: the tiles are free.
-    constexpr int kStageRow = Cfg::kWaveTileN * 2 + 16;  // bytes
-    constexpr int kStageBytes = kMfma * kStageRow;
-    constexpr int kRowChunks = Cfg::kWaveTileN / 8;      // 16-byte chunks per staged row
-    constexpr int kChunksPerLane = kMfma * kRowChunks / 64;
-    static_assert(kStageBytes * (kThreads / 64) <= Cfg::kLdsBytes, "epilogue staging fits the tile LDS");
-    static_assert(kMfma * kRowChunks % 64 == 0, "whole chunks per lane");
-    uint8_t* const stage = lds + wave * kStageBytes;
+  if constexpr (Cfg::kWavesK > 1) {
+    // Sum the K shares: waves with wave_k > 0 park their accumulators in LDS (lane-major 16-byte
+    // slots, conflict-free), the wave_k == 0 wave of the same sub-tile adds them up and stores. The
+    // K loop ended with a barrier, so the tile LDS is free.
+    constexpr int kSlots = kSubM * kSubN * kItems / 4;  // f32x4 per lane
+    constexpr int kRegion = kSlots * 64 * 16;           // bytes per parked wave
+    static_assert((Cfg::kWavesK - 1) * kTileWaves * kRegion <= Cfg::kLdsBytes, "reduction fits the LDS");
+    if (wave_k > 0) {
+      uint8_t* const region = lds + ((wave_k - 1) * kTileWaves + wave_mn) * kRegion + lane * 16;
 #pragma unroll
-    for (int i = 0; i < kSubM; ++i) {
-#pragma unroll
-      for (int r = 0; r < kItems; ++r) {
-        const int row = 8 * (r / 4) + acc_row_lane + (r % 4);
+      for (int i = 0; i < kSubM; ++i)
 #pragma unroll
         for (int j = 0; j < kSubN; ++j)
-          arch::lds_store(reinterpret_cast<uint16_t*>(stage + row * kStageRow + (j * kMfma + col_lane) * 2),
-                          f32_to_bf16_rne(acc[i][j][r]));
-      }
-      arch::barrier();
 #pragma unroll
-      for (int c = 0; c < kChunksPerLane; ++c) {
-        const int chunk = c * 64 + lane, row = chunk / kRowChunks, col8 = chunk % kRowChunks;
-        const arch::u32x4 v = arch::lds_load(reinterpret_cast<const arch::u32x4*>(stage + row * kStageRow + col8 * 16));
-        const int out_row = m0 + wave_m * Cfg::kWaveTileM + i * kMfma + row;
-        const int out_col = n0 + wave_n * Cfg::kWaveTileN + col8 * 8;
-        if (out_row < g.m && out_col < g.n)  // n % 8 == 0: a chunk is all in or all out
-          arch::global_store(reinterpret_cast<arch::u32x4*>(g.out + out_row * g.out_stride_m + out_col), v);
-      }
-      arch::barrier();  // the region is rewritten by the next row block
+          for (int q = 0; q < kItems / 4; ++q) {
+            const arch::f32x4 v = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
+            arch::lds_store(reinterpret_cast<arch::f32x4*>(region + ((i * kSubN + j) * (kItems / 4) + q) * 64 * 16), v);
+          }
+    }
+    arch::barrier();
+    if (wave_k > 0) return;
+#pragma unroll
+    for (int w = 1; w < Cfg::kWavesK; ++w) {
+      const uint8_t* const region = lds + ((w - 1) * kTileWaves + wave_mn) * kRegion + lane * 16;
+#pragma unroll
+      for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+        for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+          for (int q = 0; q < kItems / 4; ++q) {
+            const arch::f32x4 v =
+                arch::lds_load(reinterpret_cast<const arch::f32x4*>(region + ((i * kSubN + j) * (kItems / 4) + q) * 64 * 16));
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][4 * q + e] += v[e];
+          }
+    }
+  }
+  // Accumulator item r of MFMA tile (i, j) is output (m_lane + i * kMfma, n_lane(j, r)), where for
+  // 32x32 tiles n = 8 (r / 4) + 4 (lane / 32) + r % 4 and for 16x16 tiles n = 4 (lane / 16) + r
+  // (the MFMA result layout, transposed): items 4q..4q+3 are four consecutive columns.
+  const int n_wave = n0 + wave_n * Cfg::kWaveTileN + 4 * (lane / kMfma);
+  auto n_of = [&](int j, int q) { return n_wave + j * kMfma + 8 * q; };
+  if (g.out_vector_ok) {
+    // Row-contiguous, 8-byte aligned bf16 rows with n % 8 == 0: four columns are all in or all out
+    // and go out as one 8-byte store.
+#pragma unroll
+    for (int i = 0; i < kSubM; ++i) {
+      const int m = m_lane + i * kMfma;
+      if (m >= g.m) continue;
+      uint16_t* const out_row = g.out + static_cast<int64_t>(m) * g.out_stride_m;
+#pragma unroll
+      for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+        for (int q = 0; q < kQuads; ++q) {
+          const int n = n_of(j, q);
+          if (n < g.n)
+            arch::global_store(reinterpret_cast<arch::u32x2*>(out_row + n),
+                               pack_bf16x4(acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2],
+                                           acc[i][j][4 * q + 3]));
+        }
     }
     return;
   }
+  if (g.split_k > 1) {
+    // fp32 partials: rows of partial_ld (a multiple of 4) floats, so four columns starting below N
+    // stay inside the row (columns past N are never read back).
+    float* const part_base = g.partial + static_cast<int64_t>(split) * g.partial_split_stride;
+#pragma unroll
+    for (int i = 0; i < kSubM; ++i) {
+      const int m = m_lane + i * kMfma;
+      if (m >= g.m) continue;
+#pragma unroll
+      for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+        for (int q = 0; q < kQuads; ++q) {
+          const int n = n_of(j, q);
+          if (n < g.n) {
+            const arch::f32x4 v = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
+            arch::global_store(reinterpret_cast<arch::f32x4*>(part_base + static_cast<int64_t>(m) * g.partial_ld + n), v);
+          }
+        }
+    }
+    return;
+  }
+  // Any other output: one bf16 per element, arbitrary strides.
 #pragma unroll
   for (int i = 0; i < kSubM; ++i) {
+    const int m = m_lane + i * kMfma;
+    if (m >= g.m) continue;
 #pragma unroll
-    for (int r = 0; r < kItems; ++r) {
-      const int row = m0 + wave_m * Cfg::kWaveTileM + i * kMfma + 8 * (r / 4) + acc_row_lane + (r % 4);
-      if (row >= g.m) continue;
+    for (int j = 0; j < kSubN; ++j)
 #pragma unroll
-      for (int j = 0; j < kSubN; ++j) {
-        const int col = n0 + wave_n * Cfg::kWaveTileN + j * kMfma + col_lane;
-        if (col >= g.n) continue;
-        if (g.split_k == 1) {
-          arch::global_store(g.out + row * g.out_stride_m + col * g.out_stride_n, f32_to_bf16_rne(acc[i][j][r]));
-        } else {
-          arch::global_store(g.partial + split * g.partial_split_stride + row * g.partial_ld + col, acc[i][j][r]);
-        }
+      for (int r = 0; r < kItems; ++r) {
+        const int n = n_of(j, r / 4) + r % 4;
+        if (n < g.n)
+          arch::global_store(g.out + static_cast<int64_t>(m) * g.out_stride_m + static_cast<int64_t>(n) * g.out_stride_n,
+                             f32_to_bf16_rne(acc[i][j][r]));
       }
-    }
   }
 }
 

@@ -52,22 +52,37 @@ constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 // Largest M, N, K the kernels index with 32-bit ints (row * 128 tiles etc. stay < 2^31).
 constexpr int64_t kMaxDim = (int64_t{1} << 30);
 
+// In-place reads go through buffer loads with 32-bit offsets from a K block's first byte: a K-major
+// tile spans (rows - 1) * ld + K bytes (rows <= the tallest tile), an MN-major K block 128 * ld.
+constexpr int64_t kMaxBufferSpan = int64_t{1} << 31;
+constexpr int64_t kMaxTileRows = 256;
+
+constexpr bool tiles_within_buffer_span() {
+  for (const GemmKernelShape& s : kGemmKernels)
+    if (s.block_m > kMaxTileRows || s.block_n > kMaxTileRows) return false;
+  return true;
+}
+static_assert(tiles_within_buffer_span(), "a kernel tile is taller than the in-place span check assumes");
+
 namespace detail {
 
 inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-// Can the main kernel read this operand in place? K-major rows, 16-byte aligned dwordx4 loads,
-// whole 16-byte chunks (K % 16 == 0). Either format: e4m3fn bytes are converted on the way to LDS.
+// Can the main kernel read this operand in place? e4m3fnuz, K-major rows, 16-byte aligned dwordx4
+// loads, whole 16-byte chunks (K % 16 == 0), a tile within the buffer-offset range.
 inline bool direct_ok(const uint8_t* base, int64_t rows, int64_t stride_row, int64_t stride_k, int64_t k) {
   if (k % 16 != 0) return false;
   if (stride_k != 1 || !aligned(base, 16)) return false;
-  return rows == 1 || stride_row % 16 == 0;
+  if (rows == 1) return true;
+  return stride_row % 16 == 0 && (kMaxTileRows - 1) * stride_row + k <= kMaxBufferSpan;
 }
 
 // Can the main kernel read this operand in place MN-major (transposing in registers)? Rows
-// contiguous, 16-byte aligned k rows, whole 16-row groups (no partial row group at the M/N tail).
+// contiguous, 16-byte aligned k rows that do not overlap, whole 16-row groups (no partial row group
+// at the M/N tail), a K block within the buffer-offset range.
 inline bool direct_mn_ok(const uint8_t* base, int64_t rows, int64_t stride_row, int64_t stride_k) {
-  return stride_row == 1 && rows % 16 == 0 && stride_k % 16 == 0 && aligned(base, 16);
+  return stride_row == 1 && rows % 16 == 0 && stride_k % 16 == 0 && stride_k >= rows &&
+         kBlockK * stride_k <= kMaxBufferSpan && aligned(base, 16);
 }
 
 inline PackMode pack_mode(const uint8_t* base, int64_t rows, int64_t stride_row, int64_t stride_k) {
@@ -101,7 +116,9 @@ inline Pass make_pack_pass(const uint8_t* src, int64_t rows, int64_t stride_row,
 
 // Builds the plan. With workspace == nullptr only the sizes are filled in (status may still be
 // kOk: that is how workspace_bytes() asks); with a workspace, its size is checked.
-inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_size, bool sizing_only) {
+// `config_override` (tests only: the launcher never passes one) replaces select_config's choice.
+inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_size, bool sizing_only,
+                      const GemmConfig* config_override = nullptr) {
   Plan plan;
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > kMaxDim || p.n > kMaxDim || p.k > kMaxDim) {
     plan.status = PlanStatus::kBadShape;
@@ -119,8 +136,12 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   const int64_t k_blocks = p.k_blocks();
   const int64_t k_pad = k_blocks * kBlockK;
 
-  plan.tuned = is_tuned_shape(p.m, p.n, p.k);
-  plan.config = select_config(p.m, p.n, p.k);
+  plan.tuned = config_override == nullptr && is_tuned_shape(p.m, p.n, p.k);
+  plan.config = config_override ? *config_override : select_config(p.m, p.n, p.k);
+  if (static_cast<int>(plan.config.kernel) < 0 || static_cast<int>(plan.config.kernel) >= kNumGemmKernels) {
+    plan.status = PlanStatus::kBadShape;
+    return plan;
+  }
   const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
   // Grid limits: the GEMM's tile count is a 32-bit int in the kernel, the pack pass puts K tiles
   // on grid y (at most 65535 on AMD), the reduction's thread count must fit grid x.
@@ -138,10 +159,12 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   plan.config.split_k = static_cast<int>(split);
 
   // Per operand: K-major in place, else MN-major in place, else a pack pass into the workspace.
-  const bool a_k_direct = detail::direct_ok(p.a, p.m, p.a_stride_m, p.a_stride_k, p.k);
-  const bool b_k_direct = detail::direct_ok(p.b, p.n, p.b_stride_n, p.b_stride_k, p.k);
+  // e4m3fn operands always take the pack pass, which converts them (the GEMM reads e4m3fnuz only).
+  const bool a_k_direct = !fn && detail::direct_ok(p.a, p.m, p.a_stride_m, p.a_stride_k, p.k);
+  const bool b_k_direct = !fn && detail::direct_ok(p.b, p.n, p.b_stride_n, p.b_stride_k, p.k);
   // The kernel reads both operands in the same layout; MN-major in place needs both eligible.
-  const bool mn_direct = !a_k_direct && !b_k_direct && detail::direct_mn_ok(p.a, p.m, p.a_stride_m, p.a_stride_k) &&
+  const bool mn_direct = !fn && !a_k_direct && !b_k_direct &&
+                         detail::direct_mn_ok(p.a, p.m, p.a_stride_m, p.a_stride_k) &&
                          detail::direct_mn_ok(p.b, p.n, p.b_stride_n, p.b_stride_k);
   plan.a_mn_direct = plan.b_mn_direct = mn_direct;
   plan.pack_a = !a_k_direct && !mn_direct;
@@ -220,8 +243,6 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
                        partial_ld,
                        p.m * partial_ld,
                        static_cast<int32_t>(split),
-                       (fn && !plan.pack_a) ? 1 : 0,
-                       (fn && !plan.pack_b) ? 1 : 0,
                        plan.a_mn_direct ? 1 : 0,
                        plan.b_mn_direct ? 1 : 0,
                        static_cast<int32_t>(p.k),
@@ -248,8 +269,8 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   return plan;
 }
 
-inline size_t plan_workspace_bytes(const GemmProblem& p) {
-  const Plan plan = make_plan(p, nullptr, 0, /*sizing_only=*/true);
+inline size_t plan_workspace_bytes(const GemmProblem& p, const GemmConfig* config_override = nullptr) {
+  const Plan plan = make_plan(p, nullptr, 0, /*sizing_only=*/true, config_override);
   return plan.status == PlanStatus::kOk ? plan.workspace_bytes : 0;
 }
 

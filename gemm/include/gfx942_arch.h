@@ -3,7 +3,8 @@
 //   * for the GPU (HIP device pass, __HIP_DEVICE_COMPILE__): thin wrappers over clang builtins,
 //     always inlined, so the ISA is what a hand-written kernel would give;
 //   * for the CPU SIMT emulator (FP8GEMM_SIMT_EMULATION, plain host C++, no HIP): the functions
-//     come from gfx942_simt_emulation.h, which implements the same names on a CPU execution layer;
+//     come from gfx942_simt_emulation.h (test infrastructure in tests/emulation/, on the include
+//     path of the emulated build only), which implements the same names on a CPU execution layer;
 //   * for the host pass of a .hip file: declarations only (device bodies are never emitted there).
 //
 // API (namespace fp8gemm::arch), all FP8GEMM_DEVICE:
@@ -13,11 +14,21 @@
 //   lds_load<T>(p), lds_store<T>(p, v)        T in {1, 2, 4, 8, 16}-byte PODs
 //   global_load<T>(p), global_store<T>(p, v)  same T set
 //   mfma_16x16x32_fp8(a, b, c) -> f32x4, mfma_32x32x16_fp8(a, b, c) -> f32x16
-//       wave-wide; a/b = the lane's 8 e4m3fnuz bytes, byte i = item i of shared/amd_mfma/*.json
+//       wave-wide; a/b = the lane's 8 e4m3fnuz bytes (byte i = item i of AMD's lane layout)
 //   shfl(v, src_lane)                ds_bpermute semantics (read v from lane src_lane)
-//   opaque(v)                        returns v; hides it from the optimiser (see below)
+//   perm(hi, lo, sel)                v_perm_b32: byte i of the result is byte (sel >> 8i) & 7 of the
+//                                    8-byte value hi:lo (selectors 0..7 only)
+//   keep(v)                          v unchanged, but materialised whole in registers (see below)
+//   make_buffer(base, bytes)         buffer resource (V#) over [base, base + bytes), bytes <= kBufferMaxBytes;
+//                                    every field must be uniform across the wave (kept in SGPRs)
+//   buffer_load<T>(rsrc, offset)     T in {uint32_t, u32x2, u32x4}: zeros when offset >= bytes (an
+//                                    access is entirely in range or entirely out: the kernels never
+//                                    straddle the end), else the bytes at base + offset
+//   scalar_load_f32(rsrc, offset)    the same for one float at a wave-uniform offset (s_buffer_load)
 // Vector types u32x4 / f32x4 / f32x16 are defined here for every mode (the emulator header must
 // not redefine them; it sees FP8GEMM_ARCH_TYPES_DEFINED).
+// FP8GEMM_ISA_NOTE("text") puts the comment ";; fp8gemm: text" into the gfx942 assembly (nothing in
+// any other build); the cost-table test finds the main loops by these notes.
 #pragma once
 
 #include <cstddef>
@@ -59,16 +70,28 @@ static_assert(sizeof(u32x4) == 16 && sizeof(u32x2) == 8 && sizeof(f32x4) == 16 &
 constexpr int kWaveSize = 64;
 constexpr int kLdsBytesPerCu = 65536;
 
+// Buffer resources: ranges are at most 2 GiB, so kBufferOob is out of range of every resource.
+constexpr uint32_t kBufferMaxBytes = 0x80000000u;
+constexpr uint32_t kBufferOob = 0x80000000u;
+
 }  // namespace fp8gemm::arch
+
+#if defined(__HIP_DEVICE_COMPILE__)
+#define FP8GEMM_ISA_NOTE(text) asm volatile(";; fp8gemm: " text)
+#else
+#define FP8GEMM_ISA_NOTE(text) ((void)0)
+#endif
 #define FP8GEMM_ARCH_TYPES_DEFINED 1
 
 #if defined(FP8GEMM_SIMT_EMULATION)
 
-// Provides every function of the API above except opaque(), in namespace fp8gemm::arch, for the CPU.
+// Provides every function of the API above except keep(), in namespace fp8gemm::arch, for the CPU
+// (tests/emulation/gfx942_simt_emulation.h; the product build never defines the macro).
 #include "gfx942_simt_emulation.h"
 
 namespace fp8gemm::arch {
-inline int opaque(int v) { return v; }
+template <class T>
+inline void keep(T&) {}
 }  // namespace fp8gemm::arch
 
 #elif defined(FP8GEMM_HIP)
@@ -144,14 +167,83 @@ FP8GEMM_DEVICE int shfl(int v, int src_lane) {
 #endif
 }
 
-// Returns v unchanged, but the compiler can no longer see where it came from. Used inside a loop
-// on a lane-dependent base so that the addresses derived from it are recomputed per iteration
-// (one v_add each) instead of being hoisted out of the loop and pinning a VGPR apiece.
-FP8GEMM_DEVICE int opaque(int v) {
+// Leaves v unchanged but makes the compiler hold all of it in registers at this point. Applied to a
+// 16-byte LDS fragment whose two halves feed two MFMAs, it keeps the read one ds_read_b128: without
+// it the compiler may re-read the halves as narrower loads. Not volatile: it may be scheduled freely.
+FP8GEMM_DEVICE uint32_t perm(uint32_t hi, uint32_t lo, uint32_t sel) {
 #if defined(__HIP_DEVICE_COMPILE__)
-  asm volatile("" : "+v"(v));
+  return __builtin_amdgcn_perm(hi, lo, sel);
+#else
+  (void)hi, (void)lo, (void)sel;
+  return 0;  // host pass: never executed
 #endif
-  return v;
+}
+
+template <class T>
+FP8GEMM_DEVICE void keep(T& v) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
+// ---- buffer resources (V#, 128 bits in SGPRs) -------------------------------------------------
+typedef int32_t i32x4 __attribute__((ext_vector_type(4)));
+typedef int32_t i32x2 __attribute__((ext_vector_type(2)));
+struct BufferRsrc {
+  i32x4 words;
+};
+
+#if defined(__HIP_DEVICE_COMPILE__)
+// The LLVM intrinsics behind buffer loads, by their IR names (stable since LLVM 9; the clang
+// builtins for them are newer than the ROCm 6.0 compiler).
+__device__ i32x4 fp8gemm_raw_buffer_load_v4i32(i32x4 rsrc, int32_t voffset, int32_t soffset, int32_t aux) __asm(
+    "llvm.amdgcn.raw.buffer.load.v4i32");
+__device__ i32x2 fp8gemm_raw_buffer_load_v2i32(i32x4 rsrc, int32_t voffset, int32_t soffset, int32_t aux) __asm(
+    "llvm.amdgcn.raw.buffer.load.v2i32");
+__device__ int32_t fp8gemm_raw_buffer_load_i32(i32x4 rsrc, int32_t voffset, int32_t soffset, int32_t aux) __asm(
+    "llvm.amdgcn.raw.buffer.load.i32");
+__device__ float fp8gemm_s_buffer_load_f32(i32x4 rsrc, int32_t offset, int32_t aux) __asm(
+    "llvm.amdgcn.s.buffer.load.f32");
+#endif
+
+// gfx9 V#: base address bits [47:0], stride 0 (raw buffer), num_records = bytes, dword 3 =
+// DATA_FORMAT 32 (the value every gfx9 target uses for untyped raw buffers).
+FP8GEMM_DEVICE BufferRsrc make_buffer(const void* base, uint32_t bytes) {
+  const uint64_t a = reinterpret_cast<uint64_t>(base);
+  BufferRsrc r;
+  r.words[0] = __builtin_amdgcn_readfirstlane(static_cast<int32_t>(static_cast<uint32_t>(a)));
+  r.words[1] = __builtin_amdgcn_readfirstlane(static_cast<int32_t>(static_cast<uint32_t>(a >> 32) & 0xffffu));
+  r.words[2] = __builtin_amdgcn_readfirstlane(static_cast<int32_t>(bytes));
+  r.words[3] = 0x00020000;
+  return r;
+}
+
+template <class T>
+FP8GEMM_DEVICE T buffer_load(const BufferRsrc& r, uint32_t offset) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  const int32_t off = static_cast<int32_t>(offset);
+  if constexpr (sizeof(T) == 16)
+    return __builtin_bit_cast(T, fp8gemm_raw_buffer_load_v4i32(r.words, off, 0, 0));
+  else if constexpr (sizeof(T) == 8)
+    return __builtin_bit_cast(T, fp8gemm_raw_buffer_load_v2i32(r.words, off, 0, 0));
+  else
+    return __builtin_bit_cast(T, fp8gemm_raw_buffer_load_i32(r.words, off, 0, 0));
+#else
+  static_assert(sizeof(T) == 16 || sizeof(T) == 8 || sizeof(T) == 4, "buffer loads move 4, 8 or 16 bytes");
+  (void)r, (void)offset;
+  return T{};  // host pass: never executed
+#endif
+}
+
+FP8GEMM_DEVICE float scalar_load_f32(const BufferRsrc& r, uint32_t offset) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  return fp8gemm_s_buffer_load_f32(r.words, static_cast<int32_t>(offset), 0);
+#else
+  (void)r, (void)offset;
+  return 0.0f;
+#endif
 }
 
 }  // namespace fp8gemm::arch

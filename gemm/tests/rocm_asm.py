@@ -1,8 +1,6 @@
 """Helpers for the gfx942 ISA checks: build the HIP sources with ci/check_hip.sh, parse the AMDGPU
 assembly and its metadata, compute occupancy and MI300X speed-of-light numbers, and render the
-tables committed in gemm/docs/rocm_gfx942.md.
-
-    python gemm/tests/rocm_asm.py            # print the generated doc tables (needs clang-19, g++)
+resource table committed in gemm/docs/rocm_gfx942.md (rocm_cost.py prints it with the cost tables).
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +28,7 @@ VGPRS_PER_SIMD_LANE = 512  # arch VGPRs + AGPRs, unified file
 VGPR_GRANULE = 8
 MAX_WAVES_PER_SIMD = 8
 LDS_PER_CU = 65536
-PEAK_FP8_FLOPS = 2.615e15  # dense FP8
+PEAK_FP8_FLOPS = 2.615e15  # dense FP8, rounded as in the challenge's published speed-of-light values
 HBM_BYTES_PER_S = 5.3e12
 
 # The 18 timed shapes of the AMD challenge (gemm_shapes.json "benchmarks").
@@ -72,9 +69,10 @@ def hip_toolchain_missing() -> str | None:
     return None
 
 
-def build_assembly(out_dir: Path) -> dict[str, Path]:
-    """Runs ci/check_hip.sh; returns {translation unit name: assembly path}."""
-    proc = subprocess.run(["bash", str(CHECK_HIP), str(out_dir)], capture_output=True, text=True)
+def build_assembly(out_dir: Path, std: str = "c++17") -> dict[str, Path]:
+    """Runs ci/check_hip.sh with the C++ standard `std`; returns {translation unit name: assembly path}."""
+    proc = subprocess.run(["bash", str(CHECK_HIP), str(out_dir)], capture_output=True, text=True,
+                          env={**os.environ, "HIP_STD": std})
     if proc.returncode != 0:
         raise RuntimeError(f"ci/check_hip.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return {p.name[: -len(".gfx942.s")]: p for p in sorted(out_dir.glob("*.gfx942.s"))}
@@ -169,9 +167,7 @@ def resource_rows(kernels: list[dict], asm: dict[str, KernelAsm]) -> list[dict]:
         ka = by_id[kd["id"]]
         occ = waves_per_simd(ka.vgpr_total, kd["lds_bytes"] + int(ka.meta[".group_segment_fixed_size"]), kd["threads"])
         mfma = [m for m in ka.instructions if m.startswith("v_mfma")]
-        k_per_mfma = 16 if kd["mfma"] == 32 else 32
-        per_step = (kd["block_m"] // kd["waves_m"] // kd["mfma"]) * (kd["block_n"] // kd["waves_n"] // kd["mfma"]) * (
-            128 // k_per_mfma)
+        per_step = mfma_per_step(kd)
         rows.append({
             **kd,
             "symbol": ka.symbol,
@@ -191,46 +187,24 @@ def resource_rows(kernels: list[dict], asm: dict[str, KernelAsm]) -> list[dict]:
     return rows
 
 
+def mfma_per_step(kd: dict) -> int:
+    """MFMAs one wave issues per 128-wide K step: its sub-tiles times the K steps of its K share."""
+    k_per_mfma = 16 if kd["mfma"] == 32 else 32
+    tiles = (kd["block_m"] // kd["waves_m"] // kd["mfma"]) * (kd["block_n"] // kd["waves_n"] // kd["mfma"])
+    return tiles * (128 // kd["waves_k"] // k_per_mfma)
+
+
 def render_resource_table(rows: list[dict]) -> str:
-    out = ["| instantiation | tile (M×N×K) | waves (M×N) | fp8 MFMA | per 128-K step per wave (in ISA) "
+    out = ["| instantiation | tile (M×N×K) | waves (M×N×K) | fp8 MFMA | per 128-K step per wave (in ISA) "
            "| VGPR total (AGPR) | SGPR | LDS bytes | scratch / spills | WG per CU | waves per SIMD (target) |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
-            f"| `{r['name']}` | {r['block_m']}×{r['block_n']}×128 | {r['waves_m']}×{r['waves_n']} "
+            f"| `{r['name']}` | {r['block_m']}×{r['block_n']}×128 | {r['waves_m']}×{r['waves_n']}×{r['waves_k']} "
             f"| `{r['mfma_instr']}` | {r['mfma_per_step']} ({r['mfma_count']}) | {r['vgpr']} ({r['agpr']}) "
             f"| {r['sgpr']} | {r['lds_total']} | {r['scratch']} / {r['vgpr_spill'] + r['sgpr_spill']} "
             f"| {r['wg_per_cu']} | {r['waves_per_simd']:g} ({r['waves_per_simd_target']}) |")
     return "\n".join(out)
-
-
-def render_shape_table(tool: Path, kernels: list[dict], rows: list[dict]) -> str:
-    by_id = {r["id"]: r for r in rows}
-    out = ["| M | N | K | instantiation | split-K | workgroups | CU slots used | SOL µs | bound "
-           "| MN-major (challenge) inputs |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for sel in select(tool, BENCHMARK_SHAPES):
-        m, n, k = sel["m"], sel["n"], sel["k"]
-        r = by_id[sel["kernel"]]
-        tiles = math.ceil(m / r["block_m"]) * math.ceil(n / r["block_n"])
-        wgs = tiles * sel["split_k"]
-        slots = NUM_CUS * r["wg_per_cu"]
-        t, bound = sol_us(m, n, k)
-        pack_us = 2.0 * (m + n) * k / HBM_BYTES_PER_S * 1e6  # read + write the K-major copies
-        mn_direct = m % 16 == 0 and n % 16 == 0  # challenge layout read in place
-        out.append(
-            f"| {m} | {n} | {k} | `{r['name']}` | {sel['split_k']} | {wgs} | {wgs / slots:.2f} of {slots} "
-            f"| {t:.2f} | {bound} | {'in place' if mn_direct else f'pack, +{pack_us:.2f} µs'} |")
-    return "\n".join(out)
-
-
-def generated_tables(work_dir: Path) -> tuple[str, str]:
-    asm_files = build_assembly(work_dir)
-    asm = parse_assembly(asm_files["gemm_launcher"].read_text())
-    tool = compile_dispatch_tool(work_dir)
-    kernels = kernel_table(tool)
-    rows = resource_rows(kernels, asm)
-    return render_resource_table(rows), render_shape_table(tool, kernels, rows)
 
 
 def doc_block(name: str) -> str:
@@ -239,21 +213,3 @@ def doc_block(name: str) -> str:
     if not m:
         raise KeyError(f"{DOC} has no generated block {name}")
     return m.group(1).strip()
-
-
-def main() -> int:
-    import tempfile
-
-    missing = hip_toolchain_missing()
-    if missing:
-        print(missing, file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory() as d:
-        resources, shapes = generated_tables(Path(d))
-    print("<!-- BEGIN rocm_resources -->\n" + resources + "\n<!-- END rocm_resources -->\n")
-    print("<!-- BEGIN rocm_shapes -->\n" + shapes + "\n<!-- END rocm_shapes -->")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -81,13 +81,13 @@ static void check_plans() {
   // The challenge layout (MN-major a and b, M and N multiples of 16): read in place, transposed in
   // registers; one pass, no workspace.
   {
-    GemmProblem p = problem(6144, 576, 7168, false, false, Fp8Format::kE4M3FNUZ);
+    GemmProblem p = problem(6144, 7168, 2048, false, false, Fp8Format::kE4M3FNUZ);
     const Plan plan = make_plan(p, nullptr, 0, false);
     CHECK(plan.status == PlanStatus::kOk && plan.num_passes == 1 && plan.workspace_bytes == 0, "passes %d ws %zu",
           plan.num_passes, plan.workspace_bytes);
     CHECK(plan.a_mn_direct && plan.b_mn_direct && !plan.pack_a && !plan.pack_b, "MN direct");
     const GemmArgs& g = plan.passes[0].gemm;
-    CHECK(g.a_mn_major == 1 && g.b_mn_major == 1 && g.lda == 6144 && g.ldb == 576 && g.k == 7168, "MN args");
+    CHECK(g.a_mn_major == 1 && g.b_mn_major == 1 && g.lda == 6144 && g.ldb == 7168 && g.k == 2048, "MN args");
   }
   // MN-major with M % 16 != 0: both packed (the kernel reads both
   // operands in one layout), two pack passes then the GEMM; workspace checks.
@@ -127,22 +127,38 @@ static void check_plans() {
     CHECK(need >= size_t(4) * 1024 * 576 * 4, "partials %zu", need);
     CHECK(g.out_vector_ok == 0, "split-K writes fp32 partials");
   }
-  // e4m3fn: K-major operands are converted on the way to LDS (no pack pass), MN-major ones by the
-  // pack pass; the product factor 4 is folded into the scale either way.
+  // e4m3fn: both operands go through the pack pass, which converts them to e4m3fnuz; the product
+  // factor 4 is folded into the scale. e4m3fnuz operands read in place keep the factor 1.
   {
     GemmProblem p = problem(1024, 4608, 7168, true, true, Fp8Format::kE4M3FN);
     const Plan plan = make_plan(p, ws, big, false);
-    CHECK(plan.status == PlanStatus::kOk && !plan.pack_a && !plan.pack_b && plan.num_passes == 1, "fn K-major packed");
-    CHECK(plan.passes[0].gemm.convert_a_e4m3fn == 1 && plan.passes[0].gemm.convert_b_e4m3fn == 1, "fn convert flags");
-    CHECK(plan.passes[0].gemm.scale_factor == 4.0f, "fn factor %g", double(plan.passes[0].gemm.scale_factor));
-    GemmProblem q = problem(1000, 4608, 7168, false, true, Fp8Format::kE4M3FN);
+    CHECK(plan.status == PlanStatus::kOk && plan.pack_a && plan.pack_b && plan.num_passes == 3, "fn K-major packed");
+    CHECK(plan.passes[0].pack.convert_e4m3fn == 1 && plan.passes[1].pack.convert_e4m3fn == 1, "fn convert flags");
+    CHECK(plan.passes[2].gemm.scale_factor == 4.0f, "fn factor %g", double(plan.passes[2].gemm.scale_factor));
+    GemmProblem q = problem(1024, 4608, 7168, false, false, Fp8Format::kE4M3FN);
     const Plan plan_q = make_plan(q, ws, big, false);
-    CHECK(plan_q.pack_a && !plan_q.pack_b && plan_q.passes[0].pack.convert_e4m3fn == 1, "fn MN-major a");
-    CHECK(plan_q.passes[1].gemm.convert_a_e4m3fn == 0 && plan_q.passes[1].gemm.convert_b_e4m3fn == 1, "fn flags");
-    CHECK(plan_q.passes[1].gemm.scale_factor == 4.0f, "fn factor");
+    CHECK(plan_q.pack_a && plan_q.pack_b && !plan_q.a_mn_direct && plan_q.passes[2].gemm.a_mn_major == 0,
+          "fn MN-major packed");
     GemmProblem r = problem(64, 64, 128, true, true, Fp8Format::kE4M3FNUZ);
     const Plan plan_r = make_plan(r, ws, big, false);
-    CHECK(plan_r.passes[0].gemm.convert_a_e4m3fn == 0 && plan_r.passes[0].gemm.scale_factor == 1.0f, "fnuz flags");
+    CHECK(!plan_r.pack_a && plan_r.passes[0].gemm.scale_factor == 1.0f, "fnuz in place, factor 1");
+  }
+  // Buffer-offset range: K-major rows so long that a 256-row tile spans more than 2 GiB, and
+  // MN-major k rows so long that a 128-wide K block does, are packed; overlapping MN-major k rows
+  // (stride_k < rows) too.
+  {
+    GemmProblem p = problem(512, 512, 16, true, true, Fp8Format::kE4M3FNUZ);
+    p.a_stride_m = int64_t{1} << 24;  // 255 rows * 16 MiB > 2 GiB
+    const Plan plan = make_plan(p, ws, big, false);
+    CHECK(plan.pack_a && !plan.pack_b, "long K-major rows packed");
+    GemmProblem q = problem(1 << 24, 512, 128, false, false, Fp8Format::kE4M3FNUZ);
+    q.a_stride_k = (int64_t{1} << 24) + 16;  // 128 k rows > 2 GiB
+    const Plan plan_q = make_plan(q, nullptr, 0, true);
+    CHECK(plan_q.pack_a && plan_q.pack_b, "long MN-major k rows packed");
+    GemmProblem r = problem(512, 512, 256, false, false, Fp8Format::kE4M3FNUZ);
+    r.a_stride_k = 256;  // k rows overlap
+    const Plan plan_r = make_plan(r, ws, big, false);
+    CHECK(plan_r.pack_a && plan_r.pack_b, "overlapping MN-major rows packed");
   }
   // K tail (K % 16 != 0), misaligned a, odd strides: repacked, K padded to 128 with zeros.
   {
@@ -209,9 +225,9 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kNumGemmKernels; ++i) {
       const GemmKernelShape& s = kGemmKernels[i];
       std::printf("%s{\"id\": %d, \"name\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"waves_m\": %d, \"waves_n\": %d, "
-                  "\"mfma\": %d, \"threads\": %d, \"lds_bytes\": %d, \"waves_per_simd\": %d}",
-                  i ? ", " : "", static_cast<int>(s.id), s.name, s.block_m, s.block_n, s.waves_m, s.waves_n, s.mfma,
-                  s.threads(), s.lds_bytes(), s.waves_per_simd);
+                  "\"waves_k\": %d, \"mfma\": %d, \"threads\": %d, \"lds_bytes\": %d, \"waves_per_simd\": %d}",
+                  i ? ", " : "", static_cast<int>(s.id), s.name, s.block_m, s.block_n, s.waves_m, s.waves_n, s.waves_k,
+                  s.mfma, s.threads(), s.lds_bytes(), s.waves_per_simd);
     }
     std::printf("]\n");
     return 0;

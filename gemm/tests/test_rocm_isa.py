@@ -3,10 +3,14 @@
 * Dispatch and pass plan (host g++ build of gemm/gemm/gemm_rocm_config.h + gemm_rocm_plan.h):
   the 18 benchmark shapes hit their tuned entries, nearby shapes take the generic path, keys are
   unique, plans for each input layout / format / bad argument are what the launcher expects.
-* ISA (clang-19 build of every .hip for gfx942 through ci/check_hip.sh): every instantiation of
-  the dispatch table is compiled, uses the fp8 MFMA it was configured for, no scratch or spills,
-  LDS <= 64 KiB, VGPR+AGPR within the budget of its workgroup size; the resource and SOL tables in
-  gemm/docs/rocm_gfx942.md match what the compiler produced.
+* ISA (clang-19 build of every .hip for gfx942 through ci/check_hip.sh, under C++17 and C++20):
+  every instantiation of the dispatch table is compiled, uses the fp8 MFMA it was configured for,
+  no scratch or spills, LDS <= 64 KiB, VGPR+AGPR within the budget of its workgroup size.
+* Cost model (rocm_cost.py): per-step budgets of every main loop read from the assembly (exact
+  LDS fragment bytes, no LDS address read twice, no bpermutes, no per-lane branches, buffer loads,
+  VALU time under MFMA time); the tuned table is the model's choice for each of the 18 shapes; the
+  resource, per-step cost and per-shape bound tables in gemm/docs/rocm_gfx942.md are what the
+  current compiler output gives.
 
 Nothing here executes gfx942 code (no MI300X exists on our machines).
 The ISA tests skip when clang-19 is not installed, unless FP8GEMM_REQUIRE_HIP=1 (set it in CI)
@@ -20,6 +24,7 @@ import subprocess
 import pytest
 
 import rocm_asm
+import rocm_cost
 
 REQUIRE_HIP = os.environ.get("FP8GEMM_REQUIRE_HIP", "0") == "1"
 
@@ -31,21 +36,44 @@ def dispatch_tool(tmp_path_factory):
     return rocm_asm.compile_dispatch_tool(tmp_path_factory.mktemp("rocm_dispatch"))
 
 
-@pytest.fixture(scope="module")
-def gfx942_asm(tmp_path_factory):
+STANDARDS = ["c++17", "c++20"]  # kernel-builder: C++17 below torch 2.12, C++20 from it
+
+
+def _build(tmp_path_factory, std):
     missing = rocm_asm.hip_toolchain_missing()
     if missing:
         if REQUIRE_HIP:
             pytest.fail(f"FP8GEMM_REQUIRE_HIP=1 but {missing}")
         pytest.skip(missing)
-    files = rocm_asm.build_assembly(tmp_path_factory.mktemp("gfx942_asm"))
+    files = rocm_asm.build_assembly(tmp_path_factory.mktemp(f"gfx942_asm_{std}"), std=std)
     assert "gemm_launcher" in files, f"no assembly for gemm_launcher.hip: {files}"
-    return {unit: rocm_asm.parse_assembly(path.read_text()) for unit, path in files.items()}
+    return {unit: path.read_text() for unit, path in files.items()}
 
 
 @pytest.fixture(scope="module")
-def launcher_asm(gfx942_asm):
-    return gfx942_asm["gemm_launcher"]
+def asm_text_cxx17(tmp_path_factory):
+    return _build(tmp_path_factory, "c++17")
+
+
+@pytest.fixture(scope="module")
+def asm_text_cxx20(tmp_path_factory):
+    return _build(tmp_path_factory, "c++20")
+
+
+@pytest.fixture(scope="module", params=STANDARDS)
+def asm_text(request):
+    """The gfx942 assembly of every translation unit, under each C++ standard."""
+    return request.getfixturevalue("asm_text_" + request.param.replace("+", "x"))
+
+
+@pytest.fixture(scope="module")
+def launcher_asm(asm_text):
+    return rocm_asm.parse_assembly(asm_text["gemm_launcher"])
+
+
+@pytest.fixture(scope="module")
+def loop_counts(asm_text):
+    return rocm_cost.main_loop_counts(asm_text["gemm_launcher"])
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +193,7 @@ def test_every_dispatch_instantiation_is_compiled(launcher_asm, kernels, dispatc
 def _expected_mfma(kd):
     mfma = kd["mfma"]
     k_per_instr = 16 if mfma == 32 else 32
-    per_wave_tiles = (kd["block_m"] // kd["waves_m"] // mfma) * (kd["block_n"] // kd["waves_n"] // mfma)
-    return f"v_mfma_f32_{mfma}x{mfma}x{k_per_instr}_fp8_fp8", per_wave_tiles * (128 // k_per_instr)
+    return f"v_mfma_f32_{mfma}x{mfma}x{k_per_instr}_fp8_fp8", rocm_asm.mfma_per_step(kd)
 
 
 @pytest.mark.parametrize("kernel_index", range(4))
@@ -193,15 +220,17 @@ def test_gemm_instantiation_isa(launcher_asm, kernels, kernel_index):
     # Registers: the whole workgroup must fit on one CU (waves spread over 4 SIMDs).
     assert int(meta[".max_flat_workgroup_size"]) == kd["threads"]
     assert ka.vgpr_total <= rocm_asm.vgpr_budget(kd["threads"]), (kd["name"], ka.vgpr_total)
+    assert ka.vgpr_total <= 256, (kd["name"], ka.vgpr_total)  # every instantiation: two waves per SIMD or more
     # ... and reach the occupancy the configuration was designed for (LDS and registers together).
     occ = rocm_asm.waves_per_simd(ka.vgpr_total, lds, kd["threads"])
     assert occ["waves_per_simd"] >= kd["waves_per_simd"], (kd["name"], occ, kd["waves_per_simd"])
     assert int(meta[".agpr_count"]) <= ka.vgpr_total <= 512
     assert int(meta[".sgpr_count"]) <= 102
-    # Memory path: 16-byte global loads, 16-byte LDS traffic, address spaces resolved (no flat_*).
-    assert ka.count("global_load_dwordx4") > 0, ka.instructions
+    # Memory path: 16-byte buffer loads, 16-byte LDS traffic, address spaces resolved (no flat_*).
+    assert ka.count("buffer_load_dwordx4") > 0 and ka.count("global_load_dwordx4") == 0, ka.instructions
     assert ka.count("ds_read_b128") > 0 and ka.count("ds_write_b128") > 0, ka.instructions
-    assert ka.count("global_store_dwordx4") > 0, ka.instructions  # the LDS-staged bf16 epilogue
+    assert ka.count("global_store_dwordx2") > 0, ka.instructions  # four bf16 columns per store
+    assert ka.count("global_store_dwordx4") > 0, ka.instructions  # four fp32 split-K partials per store
     assert ka.count("flat_") == 0, ka.instructions
     assert ka.count("s_barrier") >= 2
 
@@ -219,12 +248,91 @@ def test_no_unexpected_kernels(launcher_asm):
         assert rocm_asm.gemm_symbol_id(sym) is not None or "pack_kernel" in sym or "reduce_kernel" in sym, sym
 
 
-def test_doc_tables_match_the_compiler(launcher_asm, kernels, dispatch_tool):
-    rows = rocm_asm.resource_rows(kernels, launcher_asm)
-    assert rocm_asm.doc_block("rocm_resources") == rocm_asm.render_resource_table(rows), (
-        "gemm/docs/rocm_gfx942.md resource table is stale: regenerate with python gemm/tests/rocm_asm.py")
-    assert rocm_asm.doc_block("rocm_shapes") == rocm_asm.render_shape_table(dispatch_tool, kernels, rows), (
-        "gemm/docs/rocm_gfx942.md shape table is stale: regenerate with python gemm/tests/rocm_asm.py")
+# ---- cost model ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel_index", range(4))
+def test_main_loop_budgets(loop_counts, kernels, kernel_index):
+    """Per 128-K step and wave, in both main loops, from the assembly."""
+    if kernel_index >= len(kernels):
+        pytest.skip("fewer instantiations")
+    kd = kernels[kernel_index]
+    wave_m, wave_n = kd["block_m"] // kd["waves_m"], kd["block_n"] // kd["waves_n"]
+    for layout, c in loop_counts[kd["id"]].items():
+        where = (kd["name"], layout)
+        assert c.mfma == rocm_asm.mfma_per_step(kd), where
+        # Exactly the wave's fragments: its A and B rows over its K share, each byte once.
+        assert c.lds_read_bytes == (wave_m + wave_n) * 128 // kd["waves_k"], (where, c.lds_read_bytes)
+        assert c.lds_duplicate_reads == 0 and c.bpermutes == 0, (where, c)
+        # Its share of the tile copy.
+        assert c.lds_write_bytes == (kd["block_m"] + kd["block_n"]) * 128 * 64 // kd["threads"], (where, c)
+        # Bounds by buffer ranges, not branches; operands through 16/8-byte buffer loads; a_scale
+        # per lane (one dword per MFMA tile row), b_scale scalar.
+        assert c.divergent_branches == 0, (where, c)
+        assert set(c.vector_loads) <= {"buffer_load_dwordx4", "buffer_load_dwordx2", "global_load_dword"}, (where, c)
+        assert c.vector_loads.get("global_load_dword", 0) == wave_m // kd["mfma"], (where, c)
+        assert c.barriers == 2, (where, c)
+        # The VALU work of a step fits under its MFMA time.
+        assert c.valu_cycles <= c.mfma_cycles, (where, c.valu, c.mfma_cycles)
+
+
+def test_doc_tables_match_the_compiler(asm_text_cxx17, kernels, dispatch_tool):
+    text = asm_text_cxx17["gemm_launcher"]
+    asm = rocm_asm.parse_assembly(text)
+    assert rocm_asm.doc_block("rocm_resources") == rocm_asm.render_resource_table(rocm_asm.resource_rows(kernels, asm)), (
+        "gemm/docs/rocm_gfx942.md resource table is stale: regenerate with python gemm/tests/rocm_cost.py")
+    counts = rocm_cost.main_loop_counts(text)
+    vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items() if rocm_asm.gemm_symbol_id(s) is not None}
+    assert rocm_asm.doc_block("rocm_step_costs") == rocm_cost.render_step_table(kernels, counts, vgprs), (
+        "gemm/docs/rocm_gfx942.md per-step cost table is stale: regenerate with python gemm/tests/rocm_cost.py")
+    bounds = _dispatched_bounds(dispatch_tool, kernels, counts, vgprs)
+    before = rocm_cost.baseline_bounds(rocm_cost.load_baseline())
+    assert rocm_asm.doc_block("rocm_bounds") == rocm_cost.render_bound_table(bounds, before), (
+        "gemm/docs/rocm_gfx942.md bound table is stale: regenerate with python gemm/tests/rocm_cost.py")
+
+
+def _dispatched_bounds(dispatch_tool, kernels, counts, vgprs):
+    by_id = {kd["id"]: kd for kd in kernels}
+    return [rocm_cost.shape_bound(s["m"], s["n"], s["k"], by_id[s["kernel"]], counts[s["kernel"]]["mn_major"],
+                                  s["split_k"], vgprs[s["kernel"]])
+            for s in rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES)]
+
+
+def test_tuned_entries_are_the_cost_models_choice(asm_text_cxx17, kernels, dispatch_tool):
+    """Every tuned entry is the configuration the cost model picks from the current assembly (the
+    challenge layout: MN-major operands read in place)."""
+    text = asm_text_cxx17["gemm_launcher"]
+    asm = rocm_asm.parse_assembly(text)
+    counts = rocm_cost.main_loop_counts(text)
+    vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items() if rocm_asm.gemm_symbol_id(s) is not None}
+    names = {kd["id"]: kd["name"] for kd in kernels}
+    for sel in rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES):
+        best = rocm_cost.best_candidate(sel["m"], sel["n"], sel["k"], kernels, counts, vgprs)
+        assert (names[sel["kernel"]], sel["split_k"]) == (best.kernel, best.split_k), (sel, best)
+
+
+def test_estimated_bound_improves_on_the_baseline(asm_text_cxx17, kernels, dispatch_tool):
+    """Geometric mean of the estimated bounds over the 18 shapes against the same model applied to
+    the baseline kernel's assembly (tests/data/gfx942_cost_baseline.json)."""
+    text = asm_text_cxx17["gemm_launcher"]
+    asm = rocm_asm.parse_assembly(text)
+    counts = rocm_cost.main_loop_counts(text)
+    vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items() if rocm_asm.gemm_symbol_id(s) is not None}
+    after = rocm_cost.geomean(b.bound_us for b in _dispatched_bounds(dispatch_tool, kernels, counts, vgprs))
+    before = rocm_cost.geomean(b.bound_us for b in rocm_cost.baseline_bounds(rocm_cost.load_baseline()))
+    sol = rocm_cost.geomean(rocm_asm.sol_us(*s)[0] for s in rocm_asm.BENCHMARK_SHAPES)
+    assert sol <= after <= 0.70 * before, (sol, after, before)
+
+
+def test_baseline_file_holds_per_step_counts_for_the_18_shapes():
+    """The baseline file is the model's input, not its output: per-step counts of the baseline
+    assembly and its dispatch of the 18 shapes, so the comparison above applies one model twice."""
+    b = rocm_cost.load_baseline()
+    assert [(d["m"], d["n"], d["k"]) for d in b["dispatch"]] == rocm_asm.BENCHMARK_SHAPES
+    for kd in b["kernels"]:
+        for layout in ("k_major", "mn_major"):
+            c = rocm_cost.StepCounts(**b["loops"][str(kd["id"])][layout])
+            assert c.mfma == rocm_asm.mfma_per_step({**kd, "waves_k": kd.get("waves_k", 1)}), (kd, layout)
 
 
 def test_speed_of_light_matches_the_challenge_table():

@@ -1,17 +1,21 @@
 // Runs the gfx942 GEMM's own device code (gemm/gemm/gemm_rocm_kernels.h) on the CPU SIMT emulator,
 // through the same pass plan the HIP launcher executes (gemm/gemm/gemm_rocm_plan.h).
 //
-//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -I<gen dir> -Igemm/include -Igemm/gemm
+//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -Igemm/tests/emulation -Igemm/include -Igemm/gemm
 //       gfx942_gemm_driver.cpp -pthread -o gfx942_gemm_driver
 //   gfx942_gemm_driver DIR
+//   gfx942_gemm_driver --plan DIR        (the plan for DIR/problem.txt, JSON; nothing runs, no .bin read)
 //   gfx942_gemm_driver --select M N K    (configuration the dispatch picks, JSON; nothing runs)
 //   gfx942_gemm_driver --kernels         (every compiled GEMM kernel configuration, JSON list)
 //
 // DIR/problem.txt holds `key value` lines: m n k format (0 fnuz, 1 fn) and, for each tensor
 // a, b, a_scale, b_scale, out: <name>_storage (elements), <name>_offset (elements before the
-// first one), <name>_stride0, <name>_stride1. Inputs are DIR/<name>.bin (storage bytes); the
-// output storage is written to DIR/out.bin. One JSON line on stdout describes the plan executed
-// and the emulator's counters. Exit 0 ok, 2 emulated kernel fault, 1 bad input / plan refusal.
+// first one), <name>_stride0, <name>_stride1; optionally `kernel <GemmKernelId>` and `split_k <s>`,
+// which replace the dispatch's choice (make_plan's test-only override). Inputs are DIR/<name>.bin
+// (storage bytes); the output storage is written to DIR/out.bin. One JSON line on stdout describes
+// the plan executed (per pass: kernel, grid, and for the GEMM pass its main loop, K blocks per
+// split and epilogue; for a pack pass its load mode) and the emulator's counters. Exit 0 ok,
+// 2 emulated kernel fault, 1 bad input / plan refusal.
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -26,6 +30,11 @@
 #include "gfx942_arch.h"
 #include "gemm_rocm_kernels.h"
 #include "gemm_rocm_plan.h"
+
+// A build for a few tests may compile only some instantiations (bit i: GemmKernelId i).
+#if !defined(FP8GEMM_EMU_KERNELS)
+#define FP8GEMM_EMU_KERNELS 0xffffffffu
+#endif
 
 namespace simt = fp8gemm::simt;
 using namespace fp8gemm;
@@ -64,7 +73,7 @@ struct Tensor {
 };
 
 Tensor make_tensor(const std::map<std::string, int64_t>& kv, const std::string& dir, const std::string& name,
-                   size_t elem, bool input) {
+                   size_t elem, bool input, bool load = true) {
   Tensor t;
   const int64_t storage = need(kv, name + "_storage"), offset = need(kv, name + "_offset");
   t.s0 = need(kv, name + "_stride0");
@@ -72,7 +81,7 @@ Tensor make_tensor(const std::map<std::string, int64_t>& kv, const std::string& 
   t.bytes = static_cast<size_t>(storage + offset) * elem;
   t.base = static_cast<uint8_t*>(simt::device_alloc(t.bytes, name, /*writable=*/!input, 0xff));
   t.data = t.base + offset * elem;
-  if (input) {
+  if (input && load) {
     const std::vector<uint8_t> bytes = read_file(dir + "/" + name + ".bin");
     if (bytes.size() != static_cast<size_t>(storage) * elem)
       throw std::runtime_error(name + ".bin has " + std::to_string(bytes.size()) + " bytes, expected " +
@@ -90,15 +99,46 @@ const char* pass_name(const Pass& pass) {
   }
 }
 
-int run(const std::string& dir) {
+const char* epilogue_name(const GemmArgs& g) {
+  return g.split_k > 1 ? "partials" : g.out_vector_ok ? "vector" : "strided";
+}
+
+const char* pack_mode_name(PackMode m) {
+  switch (m) {
+    case PackMode::kMnVector: return "mn_vector";
+    case PackMode::kKVector: return "k_vector";
+    default: return "gather";
+  }
+}
+
+std::string pass_json(const Pass& pass) {
+  std::ostringstream o;
+  o << "{\"kernel\": \"" << pass_name(pass) << "\", \"grid\": [" << pass.grid[0] << ", " << pass.grid[1] << ", "
+    << pass.grid[2] << "], \"threads\": " << pass.block_threads << ", \"lds_bytes\": " << pass.lds_bytes;
+  if (pass.kind == PassKind::kGemm)
+    o << ", \"loop\": \"" << (pass.gemm.a_mn_major ? "mn_major" : "k_major") << "\", \"k_blocks\": " << pass.gemm.k_blocks
+      << ", \"kb_per_split\": " << pass.gemm.kb_per_split << ", \"epilogue\": \"" << epilogue_name(pass.gemm) << "\"";
+  if (pass.kind == PassKind::kPack) o << ", \"mode\": \"" << pack_mode_name(pass.pack.mode) << "\"";
+  o << "}";
+  return o.str();
+}
+
+int run(const std::string& dir, bool plan_only) {
   const auto kv = read_problem(dir + "/problem.txt");
   GemmProblem p;
   p.m = need(kv, "m");
   p.n = need(kv, "n");
   p.k = need(kv, "k");
   p.format = static_cast<Fp8Format>(need(kv, "format"));
-  Tensor a = make_tensor(kv, dir, "a", 1, true), b = make_tensor(kv, dir, "b", 1, true);
-  Tensor as = make_tensor(kv, dir, "a_scale", 4, true), bs = make_tensor(kv, dir, "b_scale", 4, true);
+  GemmConfig forced{};
+  const GemmConfig* override_config = nullptr;
+  if (kv.count("kernel")) {
+    forced = GemmConfig{static_cast<GemmKernelId>(need(kv, "kernel")), static_cast<int>(need(kv, "split_k"))};
+    override_config = &forced;
+  }
+  const bool load = !plan_only;
+  Tensor a = make_tensor(kv, dir, "a", 1, true, load), b = make_tensor(kv, dir, "b", 1, true, load);
+  Tensor as = make_tensor(kv, dir, "a_scale", 4, true, load), bs = make_tensor(kv, dir, "b_scale", 4, true, load);
   Tensor out = make_tensor(kv, dir, "out", 2, false);  // poisoned: 0xffff is a bf16 NaN
   p.a = a.data;
   p.a_stride_m = a.s0;
@@ -116,16 +156,24 @@ int run(const std::string& dir) {
   p.out_stride_m = out.s0;
   p.out_stride_n = out.s1;
 
-  const size_t ws_bytes = plan_workspace_bytes(p);
+  const size_t ws_bytes = plan_workspace_bytes(p, override_config);
   // Poisoned with 0xff bytes (fp32 NaN) so a partial sum that is read but never written shows.
   void* ws = ws_bytes ? simt::device_alloc(ws_bytes, "workspace", true, 0xff) : nullptr;
-  const Plan plan = make_plan(p, ws, ws_bytes, /*sizing_only=*/false);
+  const Plan plan = make_plan(p, ws, ws_bytes, /*sizing_only=*/false, override_config);
   if (plan.status != PlanStatus::kOk) {
     std::fprintf(stderr, "make_plan refused the problem: status %d\n", static_cast<int>(plan.status));
     return 1;
   }
 
   std::ostringstream passes;
+  for (int i = 0; i < plan.num_passes; ++i) passes << (i ? ", " : "") << pass_json(plan.passes[i]);
+  if (plan_only) {
+    const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
+    std::printf("{\"tuned\": %s, \"kernel\": \"%s\", \"split_k\": %d, \"passes\": [%s]}\n",
+                plan.tuned ? "true" : "false", ks.name, plan.config.split_k, passes.str().c_str());
+    return 0;
+  }
+
   for (int i = 0; i < plan.num_passes; ++i) {
     const Pass& pass = plan.passes[i];
     const simt::Dim3 grid{pass.grid[0], pass.grid[1], pass.grid[2]};
@@ -144,16 +192,16 @@ int run(const std::string& dir) {
           using Cfg = decltype(cfg);
           if (static_cast<int>(pass.block_threads) != Cfg::kThreads || static_cast<int>(pass.lds_bytes) != Cfg::kLdsBytes)
             throw std::runtime_error("plan's launch geometry disagrees with the kernel configuration");
-          simt::launch(grid, threads, pass.lds_bytes, [](const GemmArgs& args) { gemm_body<Cfg>(args); }, pass.gemm,
-                       pass_name(pass));
+          if constexpr (((FP8GEMM_EMU_KERNELS >> static_cast<int>(Cfg::kShape.id)) & 1) != 0)
+            simt::launch(grid, threads, pass.lds_bytes, [](const GemmArgs& args) { gemm_body<Cfg>(args); }, pass.gemm,
+                         pass_name(pass));
+          else
+            throw std::runtime_error(std::string("this driver was built without kernel ") + Cfg::kShape.name);
         });
         if (!known) throw std::runtime_error("plan names an unknown GEMM kernel");
         break;
       }
     }
-    passes << (i ? ", " : "") << "{\"kernel\": \"" << pass_name(pass) << "\", \"grid\": [" << pass.grid[0] << ", "
-           << pass.grid[1] << ", " << pass.grid[2] << "], \"threads\": " << pass.block_threads
-           << ", \"lds_bytes\": " << pass.lds_bytes << "}";
   }
 
   {
@@ -193,11 +241,12 @@ int main(int argc, char** argv) {
       std::printf("]\n");
       return 0;
     }
+    if (argc == 3 && std::string(argv[1]) == "--plan") return run(argv[2], /*plan_only=*/true);
     if (argc != 2) {
-      std::fprintf(stderr, "usage: %s DIR | --select M N K | --kernels\n", argv[0]);
+      std::fprintf(stderr, "usage: %s DIR | --plan DIR | --select M N K | --kernels\n", argv[0]);
       return 1;
     }
-    return run(argv[1]);
+    return run(argv[1], /*plan_only=*/false);
   } catch (const simt::KernelError& e) {
     std::fprintf(stderr, "SIMT KERNEL ERROR: %s\n", e.what());
     return 2;

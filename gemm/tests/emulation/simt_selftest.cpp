@@ -1,6 +1,6 @@
 // Self-tests of the CPU SIMT execution layer, through kernels written against gfx942_arch.h exactly
 // as the gfx942 GEMM is. Built by gemm/tests/test_gfx942_emulation.py:
-//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -I<gen dir> -Igemm/include simt_selftest.cpp -pthread
+//   g++ -std=c++20 -O2 -DFP8GEMM_SIMT_EMULATION -Igemm/tests/emulation -Igemm/include simt_selftest.cpp -pthread
 // Usage: simt_selftest MODE [ARGS...]   (see main). Exit 0 on success; on an emulated fault the
 // KernelError report goes to stderr and the exit status is 2.
 #include <cstdio>
@@ -304,13 +304,14 @@ int run(int argc, char** argv) {
   if (argc < 2) throw std::runtime_error("usage: simt_selftest MODE ...");
   const std::string mode = argv[1];
   if (mode == "tables") {
-    // The compiled-in lane tables, for the test that compares them with the JSON files.
-    const simt::MfmaLayout* ts[2] = {&simt::generated::kMfma16x16x32, &simt::generated::kMfma32x32x16};
+    // The compiled-in lane tables, for the tests that compare them with the closed forms (and with
+    // AMD's calculator output where it is available).
+    const simt::MfmaLayout* ts[2] = {&simt::kMfma16x16x32, &simt::kMfma32x32x16};
     std::printf("{");
     for (int t = 0; t < 2; ++t) {
       const simt::MfmaLayout& L = *ts[t];
-      std::printf("%s\"%s\": {\"sha256\": \"%s\", \"permuted\": %s, \"M\": %d, \"N\": %d, \"K\": %d, \"d_items\": %d",
-                  t ? ", " : "", L.instruction, L.json_sha256, L.permuted ? "true" : "false", L.M, L.N, L.K, L.d_items);
+      std::printf("%s\"%s\": {\"permuted\": %d, \"M\": %d, \"N\": %d, \"K\": %d, \"d_items\": %d",
+                  t ? ", " : "", L.instruction, L.permuted, L.M, L.N, L.K, L.d_items);
       auto dump = [&](const char* name, const signed char (*tab)[8]) {
         std::printf(", \"%s\": [", name);
         for (int l = 0; l < 64; ++l)

@@ -86,15 +86,68 @@ inline void global_store(T* p, const T& v, std::source_location site = std::sour
   std::memcpy(static_cast<void*>(p), &v, sizeof(T));
 }
 
+// v_perm_b32 for selectors 0..7 (the only ones the kernels use): byte i of the result is byte
+// sel_i of the 8-byte value hi:lo.
+inline uint32_t perm(uint32_t hi, uint32_t lo, uint32_t sel, std::source_location site = std::source_location::current()) {
+  const uint64_t v = (uint64_t{hi} << 32) | lo;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t b = (sel >> (8 * i)) & 0xffu;
+    if (b > 7) simt_detail::fault("perm selector byte " + std::to_string(b) + " (only 0..7 are emulated) at " + simt_detail::site_str(site));
+    r |= static_cast<uint32_t>((v >> (8 * b)) & 0xffu) << (8 * i);
+  }
+  return r;
+}
+
+// Buffer resources: a range over registered global memory. Loads at an offset at or past the range
+// return zeros (the GPU's raw-buffer range check); a load that starts inside and ends outside the
+// range is reported (the kernels never straddle, so it would be an indexing bug); in-range loads
+// are ordinary checked global loads.
+struct BufferRsrc {
+  const uint8_t* base;
+  uint32_t bytes;
+};
+
+inline BufferRsrc make_buffer(const void* base, uint32_t bytes,
+                              std::source_location site = std::source_location::current()) {
+  simt_detail::current_lane("make_buffer");
+  if (bytes > kBufferMaxBytes)
+    simt_detail::fault("buffer resource of " + std::to_string(bytes) + " bytes (at most 2 GiB) at " +
+                       simt_detail::site_str(site));
+  return BufferRsrc{static_cast<const uint8_t*>(base), bytes};
+}
+
+template <class T>
+inline T buffer_load(const BufferRsrc& r, uint32_t offset, std::source_location site = std::source_location::current()) {
+  static_assert(std::is_trivially_copyable_v<T>, "buffer loads move PODs");
+  static_assert(sizeof(T) == 16 || sizeof(T) == 8 || sizeof(T) == 4, "buffer loads move 4, 8 or 16 bytes");
+  simt_detail::Lane& l = simt_detail::current_lane("buffer_load");
+  if (offset >= r.bytes) return T{};
+  if (offset + sizeof(T) > r.bytes)
+    simt_detail::fault("buffer load of " + std::to_string(sizeof(T)) + " bytes at offset " + std::to_string(offset) +
+                       " straddles the end of its " + std::to_string(r.bytes) + "-byte resource at " +
+                       simt_detail::site_str(site));
+  const uint8_t* p = r.base + offset;
+  simt_detail::global_check(l, p, sizeof(T), alignof(T) < 4 ? alignof(T) : 4, false, site);
+  T v;
+  std::memcpy(static_cast<void*>(&v), p, sizeof(T));
+  return v;
+}
+
+inline float scalar_load_f32(const BufferRsrc& r, uint32_t offset,
+                             std::source_location site = std::source_location::current()) {
+  return buffer_load<float>(r, offset, site);
+}
+
 inline f32x4 mfma_16x16x32_fp8(uint64_t a, uint64_t b, f32x4 c,
                                std::source_location site = std::source_location::current()) {
-  return simt_detail::mfma<f32x4, 4>(::fp8gemm::simt::generated::kMfma16x16x32, simt_detail::WaveOp::kMfma16x16x32,
+  return simt_detail::mfma<f32x4, 4>(::fp8gemm::simt::kMfma16x16x32, simt_detail::WaveOp::kMfma16x16x32,
                                      a, b, c, site);
 }
 
 inline f32x16 mfma_32x32x16_fp8(uint64_t a, uint64_t b, f32x16 c,
                                 std::source_location site = std::source_location::current()) {
-  return simt_detail::mfma<f32x16, 16>(::fp8gemm::simt::generated::kMfma32x32x16,
+  return simt_detail::mfma<f32x16, 16>(::fp8gemm::simt::kMfma32x32x16,
                                        simt_detail::WaveOp::kMfma32x32x16, a, b, c, site);
 }
 

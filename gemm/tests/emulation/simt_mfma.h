@@ -1,7 +1,8 @@
-// Emulated gfx942 fp8 MFMA instructions, computed from the operand bytes with lane layouts that
-// are generated from shared/amd_mfma/*.json (AMD's matrix instruction calculator output) by
-// gemm/tests/emulation/gen_mfma_tables.py into simt_mfma_tables.generated.h (a build/test
-// artefact, on the include path of the emulated build only).
+// Emulated gfx942 fp8 MFMA instructions, computed from the operand bytes with the instructions'
+// lane layouts. The layouts are the closed forms of AMD's matrix instruction calculator
+// (`-d` output) for v_mfma_f32_32x32x16_fp8_fp8 and v_mfma_f32_16x16x32_fp8_fp8, built here at
+// compile time; the tests compare the compiled tables with an independent Python transcription of
+// the same formulas and, where the calculator's own output is available, entry by entry with it.
 //
 // Numerics: operands decode as e4m3fnuz (bias 8, max 240, 0x80 = NaN, no -0). For each result
 // element the K products are exact in double (an fp8 x fp8 product has 8 significant bits and
@@ -9,6 +10,11 @@
 // and rounded once to fp32. The hardware's internal adder order is not public; where results can
 // differ is the last bit of a sum whose exact value is not representable in fp32. Accumulation
 // across instructions (over K steps, the scale multiply) follows the kernel's own code.
+//
+// FP8GEMM_SIMT_MFMA_PERMUTE (negative tests only) compiles a deliberately wrong, still one-to-one
+// layout: 1 = swap items 0 and 1 of every lane's A operand (A's k order no longer matches B's),
+// 2 = swap the D rows of lanes 0 and 1's first result item, 3 = swap lanes 0 and 1's A slots,
+// 4 = swap lanes 0 and 17's B slots.
 #pragma once
 
 #include <cmath>
@@ -17,14 +23,84 @@
 
 #include "simt_runtime.h"
 
-#if !__has_include("simt_mfma_tables.generated.h")
-#error "simt_mfma_tables.generated.h not found: run gemm/tests/emulation/gen_mfma_tables.py --out <dir>/simt_mfma_tables.generated.h and add -I<dir>"
+#if !defined(FP8GEMM_SIMT_MFMA_PERMUTE)
+#define FP8GEMM_SIMT_MFMA_PERMUTE 0
 #endif
-#include "simt_mfma_tables.generated.h"
 
 namespace fp8gemm::simt {
 
-using MfmaLayout = generated::MfmaLayoutData;
+// Where each (lane, item) of an instruction's operands and result lives in the M x K, K x N and
+// M x N matrices. Item i of A/B is byte i of the lane's 64-bit operand (byte 0 = v0[7:0]); item r
+// of D is the lane's r-th fp32 result register (C uses the same layout).
+struct MfmaLayout {
+  const char* instruction;
+  int permuted;  // FP8GEMM_SIMT_MFMA_PERMUTE it was built with (0: the real layout)
+  int M, N, K, d_items;
+  signed char a_row[64][8], a_k[64][8], b_k[64][8], b_col[64][8];
+  signed char d_row[64][16], d_col[64][16];
+};
+
+namespace layouts {
+
+template <class T>
+constexpr void swap_values(T& a, T& b) {
+  const T t = a;
+  a = b;
+  b = t;
+}
+
+template <class Row>
+constexpr void swap_rows(Row& a, Row& b) {
+  for (int i = 0; i < static_cast<int>(sizeof(Row) / sizeof(a[0])); ++i) swap_values(a[i], b[i]);
+}
+
+// mn = 32: v_mfma_f32_32x32x16_fp8_fp8; mn = 16: v_mfma_f32_16x16x32_fp8_fp8. With g = lane / mn:
+//   A: row = lane % mn, k = 8 g + item;  B: k = 8 g + item, col = lane % mn;
+//   D (32x32): row = 8 (r / 4) + 4 g + r % 4;  D (16x16): row = 4 g + r;  col = lane % mn.
+constexpr MfmaLayout closed_form(int mn, int permute) {
+  MfmaLayout t{};
+  t.instruction = mn == 32 ? "v_mfma_f32_32x32x16_fp8_fp8" : "v_mfma_f32_16x16x32_fp8_fp8";
+  t.permuted = permute;
+  t.M = t.N = mn;
+  t.K = 64 * 8 / mn;
+  t.d_items = mn * mn / 64;
+  for (int l = 0; l < 64; ++l) {
+    const int g = l / mn;
+    for (int i = 0; i < 8; ++i) {
+      t.a_row[l][i] = static_cast<signed char>(l % mn);
+      t.a_k[l][i] = static_cast<signed char>(8 * g + i);
+      t.b_k[l][i] = static_cast<signed char>(8 * g + i);
+      t.b_col[l][i] = static_cast<signed char>(l % mn);
+    }
+    for (int r = 0; r < 16; ++r) {
+      const bool used = r < t.d_items;
+      const int row = mn == 32 ? 8 * (r / 4) + 4 * g + r % 4 : 4 * g + r;
+      t.d_row[l][r] = static_cast<signed char>(used ? row : 0);
+      t.d_col[l][r] = static_cast<signed char>(used ? l % mn : 0);
+    }
+  }
+  if (permute == 1) {
+    for (int l = 0; l < 64; ++l) {
+      swap_values(t.a_row[l][0], t.a_row[l][1]);
+      swap_values(t.a_k[l][0], t.a_k[l][1]);
+    }
+  } else if (permute == 2) {
+    swap_values(t.d_row[0][0], t.d_row[1][0]);
+    swap_values(t.d_col[0][0], t.d_col[1][0]);
+  } else if (permute == 3) {
+    swap_rows(t.a_row[0], t.a_row[1]);
+    swap_rows(t.a_k[0], t.a_k[1]);
+  } else if (permute == 4) {
+    swap_rows(t.b_k[0], t.b_k[17]);
+    swap_rows(t.b_col[0], t.b_col[17]);
+  }
+  return t;
+}
+
+}  // namespace layouts
+
+inline constexpr MfmaLayout kMfma16x16x32 = layouts::closed_form(16, FP8GEMM_SIMT_MFMA_PERMUTE);
+inline constexpr MfmaLayout kMfma32x32x16 = layouts::closed_form(32, FP8GEMM_SIMT_MFMA_PERMUTE);
 
 // Each (row, k) of A, (k, col) of B and (row, col) of D appears in exactly one (lane, item) slot.
 constexpr bool layout_is_bijective(const MfmaLayout& t) {
@@ -45,12 +121,10 @@ constexpr bool layout_is_bijective(const MfmaLayout& t) {
   return 64 * 8 == t.M * t.K && 64 * 8 == t.K * t.N && 64 * t.d_items == t.M * t.N;
 }
 
-static_assert(layout_is_bijective(generated::kMfma16x16x32), "16x16x32 lane table is not a bijection");
-static_assert(layout_is_bijective(generated::kMfma32x32x16), "32x32x16 lane table is not a bijection");
-static_assert(generated::kMfma16x16x32.M == 16 && generated::kMfma16x16x32.N == 16 &&
-              generated::kMfma16x16x32.K == 32 && generated::kMfma16x16x32.d_items == 4);
-static_assert(generated::kMfma32x32x16.M == 32 && generated::kMfma32x32x16.N == 32 &&
-              generated::kMfma32x32x16.K == 16 && generated::kMfma32x32x16.d_items == 16);
+static_assert(layout_is_bijective(kMfma16x16x32), "16x16x32 lane table is not a bijection");
+static_assert(layout_is_bijective(kMfma32x32x16), "32x32x16 lane table is not a bijection");
+static_assert(kMfma16x16x32.M == 16 && kMfma16x16x32.N == 16 && kMfma16x16x32.K == 32 && kMfma16x16x32.d_items == 4);
+static_assert(kMfma32x32x16.M == 32 && kMfma32x32x16.N == 32 && kMfma32x32x16.K == 16 && kMfma32x32x16.d_items == 16);
 
 // e4m3fnuz, written from the format definition (independent of the kernels' own helpers).
 inline double decode_fnuz_exact(uint8_t b) {

@@ -1,4 +1,4 @@
-// CPU SIMT execution layer for the gfx942 kernels (issue 7), used only in the host build with
+// CPU SIMT execution layer for the gfx942 kernels, used only in the host build with
 // FP8GEMM_SIMT_EMULATION. Header-only; needs C++20 (std::source_location), Linux, pthreads.
 //
 // Model

@@ -1,0 +1,468 @@
+"""ISA-derived cost model of the gfx942 GEMM: per-step instruction counts read from the clang-19
+assembly of the main loops, combined with the dispatch table into per-shape lower-bound estimates
+(MFMA, VALU, LDS, HBM and Infinity Cache time on an MI300X). Nothing here runs on an AMD GPU: every
+number is an estimate from a model, never a measurement.
+
+    python gemm/tests/rocm_cost.py             # print the generated doc blocks (needs clang-19, g++)
+    python gemm/tests/rocm_cost.py baseline ASM SELECT_JSON KERNELS_JSON COMMIT > OUT.json
+                                               # loop counts of another build (the committed baseline)
+
+The model and its constants are described in gemm/docs/rocm_gfx942.md ("Cost model").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import rocm_asm
+
+TESTS_DIR = Path(__file__).resolve().parent
+BASELINE_FILE = TESTS_DIR / "data" / "gfx942_cost_baseline.json"
+
+# ---- MI300X constants (sources in gemm/docs/rocm_gfx942.md, "Cost model") ------------------------
+NUM_CUS = rocm_asm.NUM_CUS                # 304
+SIMDS_PER_CU = rocm_asm.SIMDS_PER_CU      # 4
+PEAK_FP8_FLOPS = 2614.9e12                # dense fp8 MFMA peak
+MFMA_FLOPS_PER_CLK_PER_CU = 4096          # fp8 MFMA FLOP per clock per CU
+CLOCK_HZ = PEAK_FP8_FLOPS / (NUM_CUS * MFMA_FLOPS_PER_CLK_PER_CU)  # = 2.1 GHz, the peak engine clock
+VALU_CYCLES = 4                           # one wave64 VALU instruction on a 16-lane SIMD
+LDS_BYTES_PER_CLK_PER_CU = 128
+HBM_BYTES_PER_S = 5.3e12
+MALL_BYTES_PER_S = 17.0e12                # Infinity Cache peak
+MALL_BYTES = 256 * 2**20                  # Infinity Cache capacity
+
+MFMA_FLOPS = {"v_mfma_f32_32x32x16_fp8_fp8": 2 * 32 * 32 * 16, "v_mfma_f32_16x16x32_fp8_fp8": 2 * 16 * 16 * 32}
+
+
+def mfma_cycles(mnemonic: str) -> float:
+    """Issue-to-issue cycles of one MFMA on its SIMD at the fp8 peak (32 for 32x32x16, 16 for 16x16x32)."""
+    return MFMA_FLOPS[mnemonic] / (MFMA_FLOPS_PER_CLK_PER_CU / SIMDS_PER_CU)
+
+
+# Bytes per lane of each LDS instruction.
+LDS_READ = {"ds_read_b128": 16, "ds_read_b96": 12, "ds_read_b64": 8, "ds_read_b32": 4, "ds_read_u16": 2,
+            "ds_read_i16": 2, "ds_read_u8": 1, "ds_read_i8": 1, "ds_read2_b32": 8, "ds_read2st64_b32": 8,
+            "ds_read2_b64": 16, "ds_read2st64_b64": 16, "ds_bpermute_b32": 4, "ds_permute_b32": 4}
+LDS_WRITE = {"ds_write_b128": 16, "ds_write_b96": 12, "ds_write_b64": 8, "ds_write_b32": 4, "ds_write_b16": 2,
+             "ds_write_b8": 1, "ds_write2_b32": 8, "ds_write2st64_b32": 8, "ds_write2_b64": 16,
+             "ds_write2st64_b64": 16}
+SCALAR_MEM = re.compile(r"^s_(buffer_)?load_dword(x(\d+))?$")
+VECTOR_MEM = re.compile(r"^(global|buffer)_(load|store)_(dword(x(\d))?|ubyte|sbyte|ushort|sshort|short|byte)$")
+VECTOR_MEM_BYTES = {"ubyte": 1, "sbyte": 1, "byte": 1, "ushort": 2, "sshort": 2, "short": 2}
+NO_SALU = ("s_waitcnt", "s_barrier", "s_nop", "s_cbranch", "s_branch", "s_load", "s_buffer_load", "s_setprio",
+           "s_sleep", "s_endpgm")
+
+
+# ---- assembly structure ---------------------------------------------------------------------------
+
+@dataclass
+class Block:
+    label: str
+    loop: str | None        # header label (without the leading '.L') of the innermost loop, if any
+    depth: int              # loop depth (0 outside loops)
+    lines: list[str] = field(default_factory=list)       # instructions
+    notes: list[str] = field(default_factory=list)       # ";; fp8gemm: ..." notes
+
+
+def function_blocks(text: str) -> dict[str, list[Block]]:
+    """Basic blocks of every function, with clang's loop annotations and the kernel's ISA notes."""
+    funcs: dict[str, list[Block]] = {}
+    blocks = None
+    for line in text.splitlines():
+        m = re.match(r"^(_Z\w+):", line)
+        if m:
+            blocks = funcs.setdefault(m.group(1), [Block("entry", None, 0)])
+            continue
+        if blocks is None:
+            continue
+        if line.startswith(".Lfunc_end"):
+            blocks = None
+            continue
+        m = re.match(r"^(\.LBB\d+_\d+|; %bb\.\d+):\s*(;.*)?$", line)
+        if m:
+            comment = m.group(2) or ""
+            header = re.search(r"Loop Header: Depth=(\d+)", comment)
+            member = re.search(r"in Loop: Header=(BB\d+_\d+) Depth=(\d+)", comment)
+            if header:
+                blocks.append(Block(m.group(1)[2:], m.group(1)[2:], int(header.group(1))))
+            elif member:
+                blocks.append(Block(m.group(1), member.group(1), int(member.group(2))))
+            else:
+                blocks.append(Block(m.group(1), None, 0))
+            continue
+        s = line.strip()
+        if s.startswith(";; fp8gemm:"):
+            blocks[-1].notes.append(s[len(";; fp8gemm:"):].strip())
+        elif s and re.match(r"[a-z_]", s) and not s.startswith("."):
+            blocks[-1].lines.append(s.split(";")[0].strip())
+    return funcs
+
+
+def loop_blocks(blocks: list[Block], header: str) -> list[Block]:
+    inner = [b for b in blocks if b.loop == header]
+    assert any(b.label == header for b in inner), f"loop {header} not found"
+    return inner
+
+
+def noted_loops(blocks: list[Block]) -> dict[str, list[Block]]:
+    """{note text: blocks of the first loop that starts after the note} for every ISA note."""
+    found = {}
+    for i, b in enumerate(blocks):
+        for note in b.notes:
+            header = next((c.label for c in blocks[i:] if c.loop == c.label and c.depth == 1), None)
+            assert header is not None, f"no loop after the ISA note {note!r}"
+            found[note] = loop_blocks(blocks, header)
+    return found
+
+
+# ---- per-trip counts -------------------------------------------------------------------------------
+
+def _operands(line: str) -> list[str]:
+    parts = line.split(None, 1)
+    return [o.strip() for o in parts[1].split(",")] if len(parts) > 1 else []
+
+
+def _vgprs(operand: str) -> list[int]:
+    m = re.fullmatch(r"v(\d+)", operand)
+    if m:
+        return [int(m.group(1))]
+    m = re.fullmatch(r"v\[(\d+):(\d+)\]", operand)
+    return list(range(int(m.group(1)), int(m.group(2)) + 1)) if m else []
+
+
+def _writes_first_operand(mnem: str) -> bool:
+    if mnem.startswith(("v_cmp", "v_readfirstlane", "v_readlane")):
+        return False
+    return mnem.startswith(("v_", "ds_read", "ds_bpermute", "ds_permute", "buffer_load", "global_load"))
+
+
+def _lds_read_ranges(mnem: str, ops: list[str], line: str) -> list[tuple[int, int]]:
+    """Byte ranges [lo, hi) relative to the address VGPR that one LDS read touches."""
+    width = LDS_READ[mnem]
+    if mnem.startswith("ds_read2"):
+        elem = width // 2
+        scale = elem * (64 if "st64" in mnem else 1)
+        o0 = re.search(r"offset0:(\d+)", line)
+        o1 = re.search(r"offset1:(\d+)", line)
+        a = int(o0.group(1)) * scale if o0 else 0
+        b = int(o1.group(1)) * scale if o1 else 0
+        return [(a, a + elem), (b, b + elem)]
+    o = re.search(r"offset:(\d+)", line)
+    a = int(o.group(1)) if o else 0
+    return [(a, a + width)]
+
+
+@dataclass
+class StepCounts:
+    """One trip of a main loop = one 128-wide K step of one wave."""
+    mfma: int = 0
+    mfma_cycles: float = 0.0
+    valu: int = 0
+    salu: int = 0
+    lds_read_bytes: int = 0
+    lds_write_bytes: int = 0
+    lds_duplicate_reads: int = 0   # LDS reads overlapping an earlier read of the same address
+    bpermutes: int = 0
+    global_read_bytes: int = 0     # vector loads x 64 lanes + scalar loads
+    global_write_bytes: int = 0
+    vector_loads: dict = field(default_factory=dict)   # mnemonic -> count
+    waits: int = 0
+    barriers: int = 0
+    divergent_branches: int = 0    # s_cbranch_execz / execnz: per-lane control flow
+    uniform_branches: int = 0
+
+    @property
+    def valu_cycles(self) -> float:
+        return self.valu * VALU_CYCLES
+
+
+def count_step(blocks: list[Block], skip=lambda b: False) -> StepCounts:
+    c = StepCounts()
+    version: dict[int, int] = {}
+    reads: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for b in blocks:
+        if skip(b):
+            continue
+        for line in b.lines:
+            mnem = line.split()[0]
+            ops = _operands(line)
+            if mnem.startswith("v_mfma"):
+                c.mfma += 1
+                c.mfma_cycles += mfma_cycles(mnem)
+            elif mnem.startswith("v_"):
+                c.valu += 1
+            elif mnem.startswith("s_") and not mnem.startswith(NO_SALU):
+                c.salu += 1
+            if mnem in LDS_READ:
+                c.lds_read_bytes += 64 * LDS_READ[mnem]
+                c.bpermutes += mnem in ("ds_bpermute_b32", "ds_permute_b32")
+                if mnem.startswith("ds_read"):
+                    base = _vgprs(ops[1].split()[0])[0]
+                    key = (base, version.get(base, 0))
+                    for lo, hi in _lds_read_ranges(mnem, ops, line):
+                        if any(lo < h and l < hi for l, h in reads.get(key, [])):
+                            c.lds_duplicate_reads += 1
+                        reads.setdefault(key, []).append((lo, hi))
+            elif mnem in LDS_WRITE:
+                c.lds_write_bytes += 64 * LDS_WRITE[mnem]
+            m = VECTOR_MEM.match(mnem)
+            if m:
+                size = VECTOR_MEM_BYTES.get(m.group(3)) or 4 * int(m.group(5) or 1)
+                if m.group(2) == "load":
+                    c.global_read_bytes += 64 * size
+                    c.vector_loads[mnem] = c.vector_loads.get(mnem, 0) + 1
+                else:
+                    c.global_write_bytes += 64 * size
+            m = SCALAR_MEM.match(mnem)
+            if m:
+                c.global_read_bytes += 4 * int(m.group(3) or 1)
+            c.waits += mnem == "s_waitcnt"
+            c.barriers += mnem == "s_barrier"
+            c.divergent_branches += mnem in ("s_cbranch_execz", "s_cbranch_execnz")
+            c.uniform_branches += mnem in ("s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz")
+            if ops and _writes_first_operand(mnem):
+                for r in _vgprs(ops[0].split()[0]):
+                    version[r] = version.get(r, 0) + 1
+    return c
+
+
+LOOPS = {"main loop k-major": "k_major", "main loop mn-major": "mn_major"}
+
+
+def main_loop_counts(asm_text: str) -> dict[int, dict[str, StepCounts]]:
+    """{GemmKernelId: {"k_major": counts, "mn_major": counts}} from the ISA notes of the kernels."""
+    out = {}
+    for sym, blocks in function_blocks(asm_text).items():
+        kid = rocm_asm.gemm_symbol_id(sym)
+        if kid is None:
+            continue
+        loops = noted_loops(blocks)
+        assert set(loops) == set(LOOPS), (sym, sorted(loops))
+        for blocks_of_loop in loops.values():
+            assert all(b.depth == 1 for b in blocks_of_loop), f"{sym}: nested loop inside the main loop"
+        out[kid] = {LOOPS[note]: count_step(bl) for note, bl in loops.items()}
+    return out
+
+
+def legacy_loop_counts(asm_text: str) -> dict[int, dict[str, StepCounts]]:
+    """Main loops of a build without ISA notes: the MFMA loops of each GEMM kernel, MN-major the one
+    with the register transposes (v_perm_b32). Blocks that convert e4m3fn bytes (the SWAR constant
+    0x7f7f7f7f) are skipped: they do not run for e4m3fnuz inputs."""
+    out = {}
+    for sym, blocks in function_blocks(asm_text).items():
+        kid = rocm_asm.gemm_symbol_id(sym)
+        if kid is None:
+            continue
+        out[kid] = {}
+        for header in sorted({b.loop for b in blocks if b.loop and b.depth == 1}):
+            bl = loop_blocks(blocks, header)
+            if not any(l.startswith("v_mfma") for b in bl for l in b.lines):
+                continue
+            kind = "mn_major" if any(l.startswith("v_perm_b32") for b in bl for l in b.lines) else "k_major"
+            out[kid][kind] = count_step(bl, skip=lambda b: any("0x7f7f7f7f" in l for l in b.lines))
+        assert set(out[kid]) == {"k_major", "mn_major"}, (sym, sorted(out[kid]))
+    return out
+
+
+# ---- per-shape bounds ----------------------------------------------------------------------------
+
+@dataclass
+class Bound:
+    m: int
+    n: int
+    k: int
+    kernel: str
+    split_k: int
+    workgroups: int
+    wg_per_cu: int
+    waves_per_simd: float  # resident on the busiest CU's SIMDs: min(occupancy limit, waves it gets)
+    mfma_us: float
+    valu_us: float
+    lds_us: float
+    hbm_us: float
+    mall_us: float
+    reduce_us: float  # the split-K reduction pass, after the GEMM pass
+
+    @property
+    def bound_us(self) -> float:
+        return max(self.mfma_us, self.valu_us, self.lds_us, self.hbm_us, self.mall_us) + self.reduce_us
+
+    @property
+    def binding(self) -> str:
+        terms = {"MFMA": self.mfma_us, "VALU": self.valu_us, "LDS": self.lds_us, "HBM": self.hbm_us,
+                 "MALL": self.mall_us}
+        return max(terms, key=terms.get) + (" + reduce" if self.reduce_us else "")
+
+
+def input_bytes(m: int, n: int, k: int) -> int:
+    """A and B (fp8) and both scales (fp32), each read once."""
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    return m * k + n * k + 4 * m * kb + 4 * nb * kb
+
+
+def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, split_k: int, vgpr_total: int) -> Bound:
+    """Lower-bound estimate of one GEMM call with one kernel configuration (main loops only).
+
+    GEMM pass: work is spread round-robin over the CUs; the busiest CU runs w = ceil(workgroups / 304)
+    workgroups, each of whose waves occupies one SIMD for every K step it owns (waves of a workgroup
+    are spread evenly over the 4 SIMDs). MFMA and VALU time are per SIMD, LDS time per CU (128 B/clk),
+    HBM time for the inputs read once and the bf16 output written once (or the fp32 split-K partials
+    written once: to the Infinity Cache (MALL) when inputs and partials fit in it, else to HBM), MALL
+    time for everything that passes through it. The pass takes the largest of these.
+    Reduction pass (split-K only, after the GEMM pass): reads the partials back (MALL or HBM as they
+    were written) and writes the bf16 output to HBM."""
+    kb = math.ceil(k / 128)
+    kps = math.ceil(kb / split_k)
+    split = math.ceil(kb / kps)
+    tiles = math.ceil(m / kernel["block_m"]) * math.ceil(n / kernel["block_n"])
+    wgs = tiles * split
+    waves = kernel["threads"] // 64
+    occ = rocm_asm.waves_per_simd(vgpr_total, kernel["lds_bytes"], kernel["threads"])
+    w = math.ceil(wgs / NUM_CUS)
+    simd_waves = math.ceil(w * waves / SIMDS_PER_CU)
+    to_us = 1e6 / CLOCK_HZ
+    mfma = simd_waves * kps * counts.mfma_cycles * to_us
+    valu = simd_waves * kps * counts.valu_cycles * to_us
+    lds = w * kps * waves * (counts.lds_read_bytes + counts.lds_write_bytes) / LDS_BYTES_PER_CLK_PER_CU * to_us
+    inputs, out = input_bytes(m, n, k), 2 * m * n
+    partials = 4 * split * m * n if split > 1 else 0
+    if not partials:
+        hbm = mall = (inputs + out)
+        reduce = 0.0
+    elif inputs + partials <= MALL_BYTES:
+        hbm, mall = inputs, inputs + partials
+        reduce = partials / MALL_BYTES_PER_S * 1e6 + out / HBM_BYTES_PER_S * 1e6
+    else:
+        hbm, mall = inputs + partials, inputs + partials
+        reduce = (partials + out) / HBM_BYTES_PER_S * 1e6
+    resident = min(occ["waves_per_simd"], simd_waves)
+    return Bound(m, n, k, kernel["name"], split, wgs, occ["wg_per_cu"], resident, mfma, valu, lds,
+                 hbm / HBM_BYTES_PER_S * 1e6, mall / MALL_BYTES_PER_S * 1e6, reduce)
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def best_candidate(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict,
+                   layout: str = "mn_major") -> Bound:
+    """The configuration (kernel, split-K <= 8) with the lowest bound; near ties (within 1 %) go to
+    more resident waves per SIMD (latency hiding, which the model does not count), then to fewer
+    splits, then to fewer workgroups."""
+    cands = [shape_bound(m, n, k, kd, counts[kd["id"]][layout], s, vgprs[kd["id"]])
+             for kd in kernels for s in range(1, 9) if s <= math.ceil(k / 128)]
+    best = min(c.bound_us for c in cands)
+    near = [c for c in cands if c.bound_us <= best * 1.01]
+    # Bigger tiles (fewer workgroups) read less through L2, which the model does not count.
+    return min(near, key=lambda c: (-c.waves_per_simd, c.split_k, c.workgroups, c.bound_us))
+
+
+# ---- baseline ------------------------------------------------------------------------------------
+
+def load_baseline() -> dict:
+    return json.loads(BASELINE_FILE.read_text())
+
+
+def baseline_bounds(baseline: dict) -> list[Bound]:
+    kernels = {kd["id"]: kd for kd in baseline["kernels"]}
+    out = []
+    for sel in baseline["dispatch"]:
+        kd = kernels[sel["kernel"]]
+        c = StepCounts(**baseline["loops"][str(kd["id"])]["mn_major"])
+        out.append(shape_bound(sel["m"], sel["n"], sel["k"], kd, c, sel["split_k"], baseline["vgpr"][str(kd["id"])]))
+    return out
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+
+def render_step_table(kernels: list[dict], counts: dict, vgprs: dict) -> str:
+    out = ["| instantiation | loop | MFMA (cycles) | VALU (cycles) | LDS read B | LDS write B | dup. LDS reads "
+           "| global read B | waits | barriers | branches (divergent) | VGPR |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for kd in kernels:
+        for layout in ("k_major", "mn_major"):
+            c = counts[kd["id"]][layout]
+            out.append(
+                f"| `{kd['name']}` | {layout.replace('_', '-')} | {c.mfma} ({c.mfma_cycles:g}) | {c.valu} ({c.valu_cycles}) "
+                f"| {c.lds_read_bytes} | {c.lds_write_bytes} | {c.lds_duplicate_reads} | {c.global_read_bytes} "
+                f"| {c.waits} | {c.barriers} | {c.uniform_branches + c.divergent_branches} ({c.divergent_branches}) "
+                f"| {vgprs[kd['id']]} |")
+    return "\n".join(out)
+
+
+def render_bound_table(bounds: list[Bound], before: list[Bound]) -> str:
+    out = ["| M | N | K | instantiation | split-K | WGs | resident waves/SIMD | MFMA µs | VALU µs | LDS µs | HBM µs "
+           "| MALL µs | bound µs | binding | before µs (binding) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for b, o in zip(bounds, before):
+        out.append(
+            f"| {b.m} | {b.n} | {b.k} | `{b.kernel}` | {b.split_k} | {b.workgroups} | {b.waves_per_simd:g} "
+            f"| {b.mfma_us:.2f} | {b.valu_us:.2f} | {b.lds_us:.2f} | {b.hbm_us:.2f} | {b.mall_us:.2f} "
+            f"| **{b.bound_us:.2f}** | {b.binding} | {o.bound_us:.2f} ({o.binding}) |")
+    g, g0 = geomean(b.bound_us for b in bounds), geomean(b.bound_us for b in before)
+    sol = geomean(rocm_asm.sol_us(b.m, b.n, b.k)[0] for b in bounds)
+    out.append("")
+    out.append(f"Geometric mean over the 18 shapes: **{g:.2f} µs** estimated bound, against {g0:.2f} µs before "
+               f"({100 * (1 - g / g0):.0f} % lower) and a speed of light of {sol:.2f} µs.")
+    return "\n".join(out)
+
+
+def current_model(work_dir: Path, std: str = "c++17"):
+    """(kernels, loop counts, VGPRs, bounds of the dispatched configs, launcher asm) of the current tree."""
+    asm_files = rocm_asm.build_assembly(work_dir, std=std)
+    text = asm_files["gemm_launcher"].read_text()
+    asm = rocm_asm.parse_assembly(text)
+    tool = rocm_asm.compile_dispatch_tool(work_dir)
+    kernels = rocm_asm.kernel_table(tool)
+    counts = main_loop_counts(text)
+    vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items() if rocm_asm.gemm_symbol_id(s) is not None}
+    by_id = {kd["id"]: kd for kd in kernels}
+    bounds = [shape_bound(s["m"], s["n"], s["k"], by_id[s["kernel"]], counts[s["kernel"]]["mn_major"], s["split_k"],
+                          vgprs[s["kernel"]])
+              for s in rocm_asm.select(tool, rocm_asm.BENCHMARK_SHAPES)]
+    return kernels, counts, vgprs, bounds, asm
+
+
+def main() -> int:
+    import tempfile
+
+    if len(sys.argv) >= 2 and sys.argv[1] == "baseline":
+        asm_path, select_path, kernels_path, commit = sys.argv[2:6]
+        text = Path(asm_path).read_text()
+        counts = legacy_loop_counts(text)
+        asm = rocm_asm.parse_assembly(text)
+        vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items()
+                 if rocm_asm.gemm_symbol_id(s) is not None}
+        doc = {
+            "source": f"gemm/gemm of commit {commit}, clang-19 -O3 -std=c++17 (ci/check_hip.sh), main loops counted "
+                      "by rocm_cost.legacy_loop_counts",
+            "kernels": json.loads(Path(kernels_path).read_text()),
+            "vgpr": {str(k): v for k, v in sorted(vgprs.items())},
+            "loops": {str(k): {lay: {f: v for f, v in asdict(c).items()} for lay, c in sorted(v.items())}
+                      for k, v in sorted(counts.items())},
+            "dispatch": [json.loads(line) for line in Path(select_path).read_text().splitlines() if line.strip()],
+        }
+        print(json.dumps(doc, indent=1))
+        return 0
+    missing = rocm_asm.hip_toolchain_missing()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as d:
+        kernels, counts, vgprs, bounds, asm = current_model(Path(d))
+    before = baseline_bounds(load_baseline())
+    resources = rocm_asm.render_resource_table(rocm_asm.resource_rows(kernels, asm))
+    print("<!-- BEGIN rocm_resources -->\n" + resources + "\n<!-- END rocm_resources -->\n")
+    print("<!-- BEGIN rocm_step_costs -->\n" + render_step_table(kernels, counts, vgprs) + "\n<!-- END rocm_step_costs -->\n")
+    print("<!-- BEGIN rocm_bounds -->\n" + render_bound_table(bounds, before) + "\n<!-- END rocm_bounds -->")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
