@@ -8,6 +8,7 @@
   wheel      build a variant and package it as an installable wheel (dist/ by default)
   ci-test    what kernels-community's CI runs (`nix run .#ci-test`): build the variant, then
              `pytest tests -m kernels_ci` on the staged sources with the variant on PYTHONPATH and LOCAL_KERNELS
+             (arguments after `--` go to pytest)
   stage      copy the kernel's Nix source set into a folder and check every include under kernel-builder's rules
   flags      compile flags of one build.toml section under kernel-builder's rules (one per line, for scripts)
   sources    the compiled sources of one build.toml section (one per line)
@@ -215,8 +216,7 @@ def main(argv=None) -> int:
     p.add_argument("kernel_dir")
     p.add_argument("--backend", choices=BACKENDS)
     p.add_argument("--require-tests", action="store_true", help="fail when no test is marked kernels_ci")
-    p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
-    p.set_defaults(func=cmd_ci_test)
+    p.set_defaults(func=cmd_ci_test, pytest_args=[])
 
     p = sub.add_parser("stage", help="stage the Nix source set and check its includes")
     p.add_argument("kernel_dir")
@@ -248,7 +248,16 @@ def main(argv=None) -> int:
     p = sub.add_parser("install-nvcc", help="cache CUDA 13.0's nvcc from PyPI and print its path")
     p.set_defaults(func=cmd_install_nvcc)
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = []
+    if "--" in argv:  # ci-test: what follows `--` goes to pytest
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
     args = parser.parse_args(argv)
+    if extra:
+        if args.command != "ci-test":
+            parser.error("arguments after -- are for ci-test only")
+        args.pytest_args = extra
     try:
         return args.func(args)
     except (RuntimeError, FileNotFoundError, ValueError, subprocess.CalledProcessError) as e:

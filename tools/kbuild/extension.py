@@ -37,8 +37,9 @@ from .generate import write_ops_py
 from .rules import BACKEND_DEFINES, RELEASE_FLAGS, cxx_standard, nvcc_common_flags
 from .stage import GENERATED_FILES, stage_and_check
 
-# Stable CPython ABI 3.9, as kernel-builder builds (`<ops_name>.abi3.so`).
-PY_LIMITED_API = ("Py_LIMITED_API", "0x03090000")
+# The stable CPython ABI (`<ops_name>.abi3.so`), defined as kernel-builder's CMake does (`USE_SABI 3`);
+# torch's own -DPy_LIMITED_API=<its minimum Python> is left out.
+PY_LIMITED_API = ("Py_LIMITED_API", "3")
 
 DEV_FLAVOR = "dev"
 
@@ -222,8 +223,8 @@ def build_extension_class(stamp_path: Path | None = None, stamp: str | None = No
 
     class KernelBuilderBuildExtension(cpp_extension.BuildExtension):
         def _add_compile_flag(self, extension, flag):
-            # torch's extension-only define; kernel-builder's CMake build does not set it.
-            if flag != "-DTORCH_API_INCLUDE_EXTENSION_H":
+            # torch's extension-only define and its own Py_LIMITED_API value: kernel-builder sets neither.
+            if flag != "-DTORCH_API_INCLUDE_EXTENSION_H" and not flag.startswith("-DPy_LIMITED_API="):
                 super()._add_compile_flag(extension, flag)
 
         def build_extensions(self):
