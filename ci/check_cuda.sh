@@ -1,47 +1,61 @@
 #!/usr/bin/env bash
 # CI (no GPU): compile every CUDA source of the sm90 GEMM backend to PTX for sm_90a with the same
-# flags the torch extension uses, and check that each CUTLASS kernel variant really issues
+# flags kernel-builder uses, and check that each CUTLASS kernel variant really issues
 # warpgroup MMA (wgmma.mma_async) -- i.e. that nothing silently fell back to mma.sync/FFMA. The
-# hand-written kernels' PTX also goes through ptxas (sm_90a): it must not serialise the wgmmas
+# hand-written kernels' PTX (tile and decode kernels) also goes through ptxas (sm_90a): it must not serialise the wgmmas
 # (warning C7514: a loop shape it cannot analyse makes it wait for each wgmma before the next) and
 # must not spill; so must the launcher's own kernels (gemm_cuda.cu: the preparation pass, whose
 # register caps come from its __launch_bounds__).
-# Needs nvcc and the CUTLASS headers of PyPI's nvidia-cutlass==4.2.0.0 (or $CUTLASS_INCLUDE_DIR).
-# On the H200 the SASS is checked too (QGMMA via cuobjdump, benchmarks/gemm_h200.py).
+# The sources are compiled as kernel-builder compiles them: from the staged Nix source set of gemm/
+# (only the files build.toml lists), with the [kernel.gemm_cuda] section's include roots, defines,
+# nvcc flags and C++ standard (tools/kbuild flags), against the CUTLASS release build.toml depends on
+# (the kbuild cache that ci/setup.sh fills, or $CUTLASS_INCLUDE_DIR).
+# nvcc: $NVCC, else CUDA 13.0's nvcc from PyPI that ci/setup.sh installs (tools/kbuild install-nvcc),
+# else nvcc on PATH / in /usr/local/cuda.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
-cutlass="${CUTLASS_INCLUDE_DIR:-$(python3 -c 'import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include"))' 2>/dev/null || true)}"
-if [[ -z "$cutlass" || ! -d "$cutlass/cutlass" ]]; then
-  echo "check_cuda: CUTLASS headers not found: pip install nvidia-cutlass==4.2.0.0 or set CUTLASS_INCLUDE_DIR" >&2
+py="${PYTHON:-python3}"
+kbuild=("$py" "$root/tools/kbuild")
+nvcc="${NVCC:-$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from kbuild.toolchain import find_nvcc; print(find_nvcc() or "")' "$root/tools")}"
+if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
+  echo "check_cuda: nvcc not found: run ci/setup.sh (installs CUDA 13.0's nvcc from PyPI) or set NVCC" >&2
   exit 1
 fi
 jobs="${JOBS:-$(nproc)}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-# torch.utils.cpp_extension's COMMON_NVCC_FLAGS + what kbuild adds for cuda-capabilities = ["9.0a"].
-flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -ptx
-       -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__
-       -D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr
-       -I"$cutlass" -I"$root/gemm/include" -I"$root/gemm/gemm_cuda")
-srcs=("$root"/gemm/gemm_cuda/*.cu)
+stage="$("${kbuild[@]}" stage "$root/gemm" --out "$out/stage")"
+mapfile -t flags < <("${kbuild[@]}" flags "$root/gemm" gemm_cuda --stage "$stage" --lang cuda)
+[[ ${#flags[@]} -gt 0 ]] || { echo "check_cuda: no flags from tools/kbuild" >&2; exit 1; }
+flags+=(-gencode=arch=compute_90a,code=sm_90a -ptx)
+mapfile -t units < <("${kbuild[@]}" sources "$root/gemm" gemm_cuda)
+srcs=()
+for u in "${units[@]}"; do srcs+=("$stage/$u"); done
 echo "check_cuda: $("$nvcc" --version | tail -1); ${#srcs[@]} sources, $jobs jobs"
 start=$SECONDS
+# Every unit is compiled (a failing one does not stop the others); failures are reported below.
 printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} sh -c \
-  'f="{}"; b=$(basename "$f" .cu); "$0" "$@" "$f" -o "'"$out"'/$b.ptx" 2> "'"$out"'/$b.err" || { echo "FAILED: $f"; cat "'"$out"'/$b.err"; exit 255; }' \
-  "$nvcc" "${flags[@]}"
+  'f="{}"; b=$(basename "$f" .cu); "$0" "$@" "$f" -o "'"$out"'/$b.ptx" 2> "'"$out"'/$b.err" || rm -f "'"$out"'/$b.ptx"' \
+  "$nvcc" "${flags[@]}" || true
+echo "check_cuda: compiled in $((SECONDS - start)) s"
 status=0
 for f in "${srcs[@]}"; do
   b=$(basename "$f" .cu)
   ptx="$out/$b.ptx"
+  if [[ ! -s "$ptx" ]]; then
+    echo "FAIL $b: does not compile:"
+    grep -E 'error' "$out/$b.err" | head -5
+    status=1
+    continue
+  fi
   n_wgmma=$(grep -c 'wgmma.mma_async' "$ptx" || true)
   n_e4m3=$(grep -c 'wgmma.mma_async.*e4m3.e4m3' "$ptx" || true)
   if [[ "$b" == sm90_* ]]; then
-    # Every kernel-variant TU must contain warpgroup MMAs of its operand type -- fp8 (e4m3 x e4m3),
-    # or fp16 for the exact-accumulation variant (sm90_f16*) -- and TMA loads.
+    # Every kernel TU must contain warpgroup MMAs of its operand type -- fp8 (e4m3 x e4m3), or fp16 for
+    # the exact-accumulation kernel (sm90_*_f16) -- and TMA loads.
     n_tma=$(grep -c 'cp.async.bulk.tensor' "$ptx" || true)
     want=e4m3xe4m3; n_want=$n_e4m3
-    if [[ "$b" == sm90_f16* ]]; then
+    if [[ "$b" == sm90_*_f16 ]]; then
       want=f16xf16; n_want=$(grep -c 'wgmma.mma_async.*\.f16\.f16' "$ptx" || true)
     fi
     if [[ "$n_want" -eq 0 || "$n_tma" -eq 0 ]]; then
@@ -55,7 +69,10 @@ for f in "${srcs[@]}"; do
   fi
 done
 ptxas="$(dirname "$nvcc")/ptxas"
-hand=("$root"/gemm/gemm_cuda/sm90_hand*.cu "$root"/gemm/gemm_cuda/gemm_cuda.cu)
+hand=()
+for f in "${srcs[@]}"; do
+  case "$(basename "$f")" in sm90_tile*.cu|sm90_decode.cu|gemm_cuda.cu) [[ -s "$out/$(basename "$f" .cu).ptx" ]] && hand+=("$f") ;; esac
+done
 printf '%s\n' "${hand[@]}" | xargs -P "$jobs" -I{} sh -c \
   'b=$(basename "{}" .cu); "$0" -arch=sm_90a -v "'"$out"'/$b.ptx" -o "'"$out"'/$b.cubin" > "'"$out"'/$b.ptxas" 2>&1 || { echo "FAILED: ptxas $b"; cat "'"$out"'/$b.ptxas"; exit 255; }' \
   "$ptxas"

@@ -2,11 +2,15 @@
 # Compile every HIP translation unit of the gemm kernel for gfx942 (MI300X) with clang-19 and keep
 # the device assembly (with its AMDGPU metadata: VGPR/AGPR/SGPR counts, LDS, scratch, spills).
 #
-#   ci/check_hip.sh [OUT_DIR]      (default: a fresh temp dir, printed at the end; HIP_STD=c++20 picks the standard)
+#   ci/check_hip.sh [OUT_DIR]      (default: a fresh temp dir, printed at the end; HIP_STD=c++20 overrides the
+#                                   standard kernel-builder would use with the installed torch)
 #
-# For each gemm/gemm/*.hip it writes OUT_DIR/<name>.gfx942.s (device-only -S) and also runs a full
-# host+device `-c` compile, so the host pass against the HIP headers is checked as well.
-# Needs (Debian 12): clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs
+# The units are the .hip sources of build.toml's [kernel.gemm_rocm], compiled from the staged Nix
+# source set (tools/kbuild stage: only the files build.toml lists) with that section's include roots
+# and C++ standard under kernel-builder's rules (tools/kbuild flags).
+# For each unit it writes OUT_DIR/<name>.gfx942.s (device-only -S) and also runs a full host+device
+# `-c` compile, so the host pass against the HIP headers (and clang-offload-bundler) is checked as well.
+# Needs (Debian 12): clang-19 clang-tools-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs
 #
 # Debian's device libraries are ROCm 5.2 and lack oclc_isa_version_942.bc; we write one into a
 # temp dir from the gfx940 file with the ISA version constant 9400 -> 9402. Nothing is written
@@ -47,13 +51,21 @@ if [[ ! -f "$src_lib/oclc_isa_version_942.bc" ]]; then
   "$LLVM_AS" "$work/isa942.ll" -o "$devlib/oclc_isa_version_942.bc"
 fi
 
-flags=(-x hip --offload-arch=gfx942 -O3 -std="${HIP_STD:-c++17}" -Wall -Wextra -Werror
-       --rocm-device-lib-path="$devlib" -I"$kernel_dir/include" -I"$kernel_dir/gemm")
+py="${PYTHON:-python3}"
+stage="$("$py" "$repo/tools/kbuild" stage "$kernel_dir" --out "$work/stage")"
+rules=()  # -std and the include roots of [kernel.gemm_rocm], inside the staged tree; HIP_STD overrides -std
+while IFS= read -r f; do
+  case "$f" in
+    -std=*) rules+=("-std=${HIP_STD:-${f#-std=}}") ;;
+    -I*) rules+=("$f") ;;
+  esac
+done < <("$py" "$repo/tools/kbuild" flags "$kernel_dir" gemm_rocm --stage "$stage" --lang hip)
+flags=(-x hip --offload-arch=gfx942 -O3 -Wall -Wextra -Werror --rocm-device-lib-path="$devlib" "${rules[@]}")
 
 status=0
-shopt -s nullglob
-units=("$kernel_dir"/gemm/*.hip)
-[[ ${#units[@]} -gt 0 ]] || { echo "check_hip.sh: no .hip files in $kernel_dir/gemm" >&2; exit 1; }
+units=()
+while IFS= read -r u; do [[ "$u" == *.hip ]] && units+=("$stage/$u"); done < <("$py" "$repo/tools/kbuild" sources "$kernel_dir" gemm_rocm)
+[[ ${#units[@]} -gt 0 ]] || { echo "check_hip.sh: [kernel.gemm_rocm] lists no .hip source" >&2; exit 1; }
 for unit in "${units[@]}"; do
   name="$(basename "$unit" .hip)"
   echo "== $name.hip: device assembly (gfx942)"

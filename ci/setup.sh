@@ -1,35 +1,108 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine (or re-check an existing one) for everything the README runs:
-# system toolchains, Python packages, then the editable builds of every kernel.
-# Idempotent: what is already there is not reinstalled. Set SKIP_APT=1 to skip the Debian packages.
+# system toolchains, Python packages, CUDA 13.0's nvcc and the CUTLASS headers kernel-builder uses
+# (both from PyPI, into .cache/), then the editable builds of every kernel.
+# Idempotent: what is already there is not reinstalled, and a kernel whose sources, flags and toolchain
+# are unchanged since its last build is not rebuilt. Set SKIP_APT=1 to skip the Debian packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/steps.sh
+. ci/steps.sh
 
-# clang/lld/llvm 19 + HIP headers + ROCm device libs: compile the HIP code for gfx942 (CI only compiles it);
-# nix-bin: `nix-instantiate --parse` checks every flake.nix.
-APT_PACKAGES=(clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs nix-bin)
-if [ "${SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
-  missing=()
-  for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing ${missing[*]}"
-    SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# clang/lld/llvm 19 + clang-offload-bundler (clang-tools-19) + HIP headers + ROCm device libs: compile
+# the HIP code for gfx942 (CI only compiles it); nix-bin: `nix-instantiate --parse` checks every flake.nix.
+APT_PACKAGES=(clang-19 clang-tools-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs nix-bin)
+
+apt_packages() {
+  if [ "${SKIP_APT:-0}" = 1 ] || ! command -v apt-get >/dev/null; then
+    echo "  skipped (SKIP_APT=1 or no apt-get)"
+    return 0
   fi
-fi
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "  all installed: ${APT_PACKAGES[*]}"
+    return 0
+  fi
+  local sudo
+  sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+  wait_for_dpkg_lock
+  echo "  installing ${missing[*]}"
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
 
 PYTHON=${PYTHON:-python3}
-if ! $PYTHON -c "import torch" 2>/dev/null; then
-  $PYTHON -m pip install -q -r ci/requirements.txt
-else
-  # Keep an already installed torch (e.g. a CUDA build on a GPU machine); install the rest.
-  grep -v '^torch==' ci/requirements.txt | $PYTHON -m pip install -q -r /dev/stdin
-fi
+
+python_packages() {
+  local reqs status
+  reqs=$(mktemp)
+  if $PYTHON -c "import torch" 2>/dev/null; then
+    # Keep an already installed torch (e.g. a CUDA build on a GPU machine); install the rest.
+    grep -v '^torch==' ci/requirements.txt > "$reqs"
+  else
+    cp ci/requirements.txt "$reqs"
+  fi
+  if $PYTHON - "$reqs" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.requirements import Requirement
+
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        req = Requirement(line)
+        try:
+            if not req.specifier.contains(version(req.name), prereleases=True):
+                sys.exit(1)
+        except PackageNotFoundError:
+            sys.exit(1)
+EOF
+  then
+    echo "  all installed (ci/requirements.txt)"
+  else
+    set +o pipefail
+    $PYTHON -m pip install --progress-bar off -r "$reqs" 2>&1 | grep -E --line-buffered '^(Collecting|Installing|Successfully|ERROR)'
+    status=${PIPESTATUS[0]}
+    set -o pipefail
+    rm -f "$reqs"
+    return "$status"
+  fi
+  rm -f "$reqs"
+}
+
+build_kernel() {
+  local kernel=$1 why log status
+  if why=$($PYTHON tools/kbuild up-to-date "$kernel" 2>&1); then
+    echo "  up to date, not rebuilt: sources, flags and toolchain unchanged since the last build ($why)"
+    return 0
+  fi
+  echo "  building ($why): pip install --no-build-isolation --no-deps -e $kernel (log: $kernel/_build/pip-install.log)"
+  mkdir -p "$kernel/_build"
+  log="$kernel/_build/pip-install.log"
+  # The full pip/compiler output goes to the log; one line per compiled file (and kbuild's own lines) here.
+  set +o pipefail
+  $PYTHON -m pip install -v --no-build-isolation --no-deps -e "$kernel" 2>&1 | tee "$log" | sed -un -E \
+    -e 's#^ *\[([0-9]+/[0-9]+)\] .* -c ([^ ]*/_build/stage/)?([^ ]+) .*#  [\1] compiling \3#p' \
+    -e 's#^ *(kbuild: .*)#  \1#p' -e 's#^ *(ninja: no work to do.*)#  \1#p'
+  status=${PIPESTATUS[0]}
+  set -o pipefail
+  if [ "$status" -ne 0 ]; then
+    echo "  FAILED (exit $status); the end of $log:"
+    grep -v 'is ignored: it is neither a file' "$log" | tail -40 | sed 's/^/    /'
+    return "$status"
+  fi
+  $PYTHON tools/kbuild up-to-date "$kernel" >/dev/null || { echo "  built, but the editable install is not importable"; return 1; }
+}
 
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+step setup "Debian packages" apt_packages
+step setup "Python packages" python_packages
+step setup "nvcc (CUDA 13.0, PyPI)" $PYTHON tools/kbuild install-nvcc
+step setup "CUTLASS headers (build.toml depends)" $PYTHON tools/kbuild fetch-cutlass img2gray gemm
 for kernel in img2gray gemm; do
   [ -f "$kernel/setup.py" ] || continue
-  echo "setup: building $kernel (pip install --no-build-isolation -e $kernel)"
-  $PYTHON -m pip install -q --no-build-isolation --no-deps -e "$kernel"
+  step setup "build $kernel (editable)" build_kernel "$kernel"
 done

@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
-# Everything CI runs: set up, then each kernel's own test suite (each kernel dir stands alone, so each
-# runs in its own pytest session) and the repository-level checks (builds for sm_90a/gfx942, flakes).
+# Everything CI runs: set up, then for each kernel kernels-community's CI test run (the kernels_ci smoke
+# tests against a build variant made by tools/kbuild, loaded through LOCAL_KERNELS as `nix run .#ci-test`
+# does) and its own test suite (each kernel dir stands alone, so each runs in its own pytest session),
+# then the repository-level checks (builds for sm_90a/gfx942, the staged build rules, flakes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/steps.sh
+. ci/steps.sh
+start=$EPOCHREALTIME
 bash ci/setup.sh || exit 1
 PYTHON=${PYTHON:-python3}
 
 # In CI every toolchain is installed by ci/setup.sh: a compile check must fail, not skip, when one is missing.
-export FP8GEMM_REQUIRE_HIP=1
+export FP8GEMM_REQUIRE_HIP=1 CI_REQUIRE_NVCC=1
 
 status=0
-for suite in img2gray/tests gemm/tests ci/tests; do
-  [ -d "$suite" ] || continue
-  echo "=== pytest $suite"
-  $PYTHON -m pytest "$suite" -q -p no:cacheprovider || status=1
+for kernel in img2gray gemm; do
+  [ -d "$kernel/tests" ] || continue
+  # The variant is built first: the suites' own variant builds then find it compiled already.
+  step test "$kernel: kernels_ci smoke tests on its build variant (tools/kbuild ci-test)" \
+    $PYTHON tools/kbuild ci-test "$kernel" --require-tests -- -q || status=1
+  step test "$kernel: pytest $kernel/tests" $PYTHON -m pytest "$kernel/tests" -q -p no:cacheprovider || status=1
 done
+step test "pytest ci/tests" $PYTHON -m pytest ci/tests -q -p no:cacheprovider || status=1
+
+echo "[test] summary"
+print_summary
+echo "[test] total $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s (set-up included)"
 exit $status

@@ -1,6 +1,8 @@
-"""img2gray's GPU source builds for the targets build.toml claims, checked without a GPU:
+"""img2gray's GPU source builds for the targets build.toml claims, checked without a GPU and compiled as
+kernel-builder compiles it (staged source set, include roots, defines, C++ standard, the section's flags):
 nvcc for sm_90a (PTX moves 16-byte vectors, no FMA) and hipify + clang-19 for gfx942 (same)."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,11 +12,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CSRC = ROOT / "img2gray" / "csrc"
+KBUILD = ROOT / "tools" / "kbuild"
 sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "tools"))
 
 # Float multiply-add instructions: the formula must be evaluated with separately rounded mul and add.
 GFX_FLOAT_FMA = re.compile(r"\b(v_fma_f32|v_fmac_f32|v_mad_f32|v_mac_f32|v_pk_fma_f32|v_fma_mix)")
+
+
+def _kbuild(*args):
+    return subprocess.run([sys.executable, str(KBUILD), *map(str, args)], check=True, capture_output=True,
+                          text=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +32,7 @@ def gfx942_asm(tmp_path_factory):
     import hipify_compile
 
     out = tmp_path_factory.mktemp("gfx942")
-    hipify_compile.main([str(CSRC), "img2gray_cuda/img2gray.cu", "--out", str(out), "--flag=-ffp-contract=off"])
+    hipify_compile.main([str(ROOT / "img2gray"), "img2gray_rocm", "--out", str(out)])
     return (out / "img2gray.gfx942.s").read_text()
 
 
@@ -44,12 +52,20 @@ def test_gfx942_no_scratch(gfx942_asm):
 
 @pytest.fixture(scope="module")
 def sm90a_ptx(tmp_path_factory):
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not Path(nvcc).exists():
-        pytest.skip("nvcc not installed")
-    out = tmp_path_factory.mktemp("sm90a") / "img2gray.ptx"
-    subprocess.run([nvcc, "-gencode=arch=compute_90a,code=compute_90a", "-O3", "-std=c++17", "-ptx",
-                    str(CSRC / "img2gray_cuda" / "img2gray.cu"), "-o", str(out)], check=True)
+    from kbuild.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None or not Path(nvcc).exists():
+        if os.environ.get("CI_REQUIRE_NVCC") == "1":
+            pytest.fail("CI_REQUIRE_NVCC=1 but no nvcc: ci/setup.sh installs CUDA 13.0's nvcc from PyPI")
+        pytest.skip("nvcc not installed (ci/setup.sh installs it)")
+    work = tmp_path_factory.mktemp("sm90a")
+    stage = Path(_kbuild("stage", ROOT / "img2gray", "--out", work / "stage").strip())
+    flags = _kbuild("flags", ROOT / "img2gray", "img2gray_cuda", "--stage", stage, "--lang", "cuda").split()
+    assert "-std=c++20" in flags or "-std=c++17" in flags
+    out = work / "img2gray.ptx"
+    subprocess.run([nvcc, "-gencode=arch=compute_90a,code=compute_90a", "-ptx", *flags,
+                    str(stage / "csrc" / "img2gray_cuda" / "img2gray.cu"), "-o", str(out)], check=True)
     return out.read_text()
 
 

@@ -100,7 +100,7 @@ def test_upload_renders_the_card_template_instead_of_sending_it_raw(tmp_path):
     result = _kbuild("upload", kdir, "--dry-run", env=_offline_env())
     assert result.returncode == 0, result.stderr
     assert f"README.md  <-  {kdir / 'build' / 'CARD.md'}" in result.stdout
-    assert (kdir / "build" / "CARD.md").read_text() == '---\nlicense: Apache-2.0\n---\nget_kernel("kernels-community/toykernel", version=1)\n'
+    assert (kdir / "build" / "CARD.md").read_text() == '---\nlicense: apache-2.0\n---\nget_kernel("kernels-community/toykernel", version=1)\n'
 
 
 def test_upload_without_builds_says_what_to_run(tmp_path):
@@ -149,6 +149,7 @@ def test_upload_sends_build_to_version_branch_and_card_to_main(tmp_path, monkeyp
     FakeHfApi.existing = {"v1": [f"build/{VARIANT}/_toykernel_cpu_old0000.abi3.so", f"build/{OTHER_VARIANT}/keep.py",
                                  "benchmarks/benchmark_old.py"]}
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
     plan = plan_upload(kdir)
     upload(plan, kdir, use_kernel_builder=False)
 
@@ -166,6 +167,28 @@ def test_upload_sends_build_to_version_branch_and_card_to_main(tmp_path, monkeyp
         assert commits["v1"][5] == ["benchmarks/benchmark_old.py", f"build/{VARIANT}/_toykernel_cpu_old0000.abi3.so"]
     else:
         assert commits["v1"][5] == []
+
+
+def test_upload_without_a_token_stops_before_the_network(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from kbuild.upload import plan_upload, upload
+
+    class NoNetwork:
+        def __init__(self, **kwargs):
+            raise AssertionError("the Hub API was used without a token")
+
+    kdir = _fake_kernel(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "HfApi", NoNetwork)
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login either
+    with pytest.raises(RuntimeError, match="no Hugging Face token, nothing was sent: set HF_TOKEN"):
+        upload(plan_upload(kdir), kdir, use_kernel_builder=False)
+    # the command line says the same and exits 1, after printing the plan
+    result = _kbuild("upload", kdir, env=_offline_env(HF_HOME=str(tmp_path / "hf-home")))
+    assert result.returncode == 1 and "set HF_TOKEN" in result.stderr and "kernels-community" in result.stderr
+    assert "branch v1:" in result.stdout
 
 
 def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
@@ -215,8 +238,10 @@ def test_card_renders_and_shows_loading_by_version(kernel, tmp_path):
     cfg = load_config(ROOT / kernel)
     card = render_card(cfg, out_dir=tmp_path).read_text()
     version = tomllib.loads((ROOT / kernel / "build.toml").read_text())["general"]["version"]
-    assert card.startswith("---\n") and "library_name: kernels" in card and f"license: {cfg.license}" in card
+    # kernel-builder's card conventions: the Hub's license id (build.toml's, lower case), loading by version
+    assert card.startswith("---\n") and "library_name: kernels" in card and f"license: {cfg.license.lower()}\n" in card
     assert f'get_kernel("kernels-community/{kernel}", version={version})' in card
+    assert f"--version {version}" in card and "## Available functions" in card
     assert "{{" not in card and "{%" not in card
 
 

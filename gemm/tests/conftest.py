@@ -1,31 +1,71 @@
 import os
+import re
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
 
-# reference.py sits beside the tests; make it importable however pytest was started.
-_TESTS = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, _TESTS)
+KERNEL_DIR = Path(__file__).resolve().parents[1]
 
-# `import gemm` must find the installed kernel package. From the repository root the kernel *directory*
-# gemm/ would shadow it as a namespace package, and from inside it the HIP source folder gemm/gemm/
-# would: drop both entries (and the current directory when it is one of them).
-_SHADOWING = {os.path.dirname(_TESTS), os.path.dirname(os.path.dirname(_TESTS))}
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in _SHADOWING]
 
-# CI runs a fixed number of examples without deadlines (timings on shared 2-core runners vary);
-# GEMM_HYPOTHESIS_EXAMPLES raises it for a longer local soak.
-settings.register_profile(
-    "gemm",
-    max_examples=int(os.environ.get("GEMM_HYPOTHESIS_EXAMPLES", "40")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    # Fresh random draws on every run; GEMM_HYPOTHESIS_DERANDOMIZE=1 replays a fixed sequence.
-    derandomize=os.environ.get("GEMM_HYPOTHESIS_DERANDOMIZE", "0") == "1",
-)
-settings.load_profile("gemm")
+def _build_toml():
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(KERNEL_DIR / "build.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def _bind_local_build():
+    """Under LOCAL_KERNELS naming this kernel's repo (kernels-community's CI, kernel-builder's test shell,
+    `python tools/kbuild ci-test`), every `import gemm` of these tests gets that build, loaded the way users
+    load it: kernels.get_kernel(repo_id, version=...). The arch check is left to the tests, which skip with
+    a reason on a GPU the build does not cover."""
+    overrides = dict(e.split("=", 1) for e in os.environ.get("LOCAL_KERNELS", "").split(":") if "=" in e)
+    general = _build_toml()["general"]
+    repo_id = general.get("hub", {}).get("repo-id")
+    if repo_id not in overrides:
+        return None
+    from kernels import get_kernel
+
+    sys.modules["gemm"] = get_kernel(repo_id, version=general["version"], check_arch=False)
+    return f"gemm: {sys.modules['gemm'].__file__} (LOCAL_KERNELS {repo_id}={overrides[repo_id]})"
+
+
+_LOCAL_BUILD = _bind_local_build()
+
+# Modules that need hypothesis are left out where it is not installed (kernels-community's CI gives the
+# tests torch, numpy, pytest and kernels only); the kernels_ci smoke tests need none of it.
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:
+    settings = None
+    _WITHOUT_HYPOTHESIS = sorted(
+        p.name for p in Path(__file__).parent.glob("test_*.py")
+        if re.search(r"^\s*(from|import)\s+hypothesis\b", p.read_text(), re.M))
+else:
+    _WITHOUT_HYPOTHESIS = []
+    # CI runs a fixed number of examples without deadlines (timings on shared 2-core runners vary);
+    # GEMM_HYPOTHESIS_EXAMPLES raises it for a longer local soak.
+    settings.register_profile(
+        "gemm",
+        max_examples=int(os.environ.get("GEMM_HYPOTHESIS_EXAMPLES", "40")),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        # Fresh random draws on every run; GEMM_HYPOTHESIS_DERANDOMIZE=1 replays a fixed sequence.
+        derandomize=os.environ.get("GEMM_HYPOTHESIS_DERANDOMIZE", "0") == "1",
+    )
+    settings.load_profile("gemm")
+collect_ignore = list(_WITHOUT_HYPOTHESIS)
+
+
+def pytest_report_header(config):
+    lines = [_LOCAL_BUILD] if _LOCAL_BUILD else []
+    if _WITHOUT_HYPOTHESIS:
+        lines.append("hypothesis is not installed; not collected: " + ", ".join(_WITHOUT_HYPOTHESIS))
+    return lines
 
 
 @pytest.fixture

@@ -1,13 +1,60 @@
+import os
+import re
 import sys
 from pathlib import Path
 
-# `python -m pytest img2gray/tests` from the repository root puts the root on sys.path, where the kernel
-# *directory* would shadow the installed package as a namespace package. Drop that entry.
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT]
-
 import pytest
 import torch
+
+KERNEL_DIR = Path(__file__).resolve().parents[1]
+
+
+def _build_toml():
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(KERNEL_DIR / "build.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def _bind_local_build():
+    """Under LOCAL_KERNELS naming this kernel's repo (kernels-community's CI, kernel-builder's test shell,
+    `python tools/kbuild ci-test`), every `import img2gray` of these tests gets that build, loaded the way
+    users load it: kernels.get_kernel(repo_id, version=...). The arch check is left to the tests, which
+    skip with a reason on a GPU the build does not cover."""
+    overrides = dict(e.split("=", 1) for e in os.environ.get("LOCAL_KERNELS", "").split(":") if "=" in e)
+    general = _build_toml()["general"]
+    repo_id = general.get("hub", {}).get("repo-id")
+    if repo_id not in overrides:
+        return None
+    from kernels import get_kernel
+
+    sys.modules["img2gray"] = get_kernel(repo_id, version=general["version"], check_arch=False)
+    return f"img2gray: {sys.modules['img2gray'].__file__} (LOCAL_KERNELS {repo_id}={overrides[repo_id]})"
+
+
+_LOCAL_BUILD = _bind_local_build()
+
+# Modules that need hypothesis are left out where it is not installed (kernels-community's CI gives the
+# tests torch, numpy, pytest and kernels only); the kernels_ci smoke tests need none of it.
+try:
+    import hypothesis  # noqa: F401
+
+    _WITHOUT_HYPOTHESIS = []
+except ImportError:
+    _WITHOUT_HYPOTHESIS = sorted(
+        p.name for p in Path(__file__).parent.glob("test_*.py")
+        if re.search(r"^\s*(from|import)\s+hypothesis\b", p.read_text(), re.M))
+collect_ignore = list(_WITHOUT_HYPOTHESIS)
+
+
+def pytest_report_header(config):
+    lines = [_LOCAL_BUILD] if _LOCAL_BUILD else []
+    if _WITHOUT_HYPOTHESIS:
+        lines.append("hypothesis is not installed; not collected: " + ", ".join(_WITHOUT_HYPOTHESIS))
+    return lines
+
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

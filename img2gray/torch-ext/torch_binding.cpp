@@ -10,13 +10,13 @@
 #include "registration.h"
 
 #ifdef CPU_KERNEL
-#include "csrc/img2gray_cpu/img2gray_cpu.h"
+#include "img2gray_cpu/img2gray_cpu.h"
 #endif
 
 #if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
 #include <c10/core/DeviceGuard.h>
 
-#include "csrc/img2gray_cuda/img2gray_gpu.h"
+#include "img2gray_cuda/img2gray_gpu.h"
 #if defined(ROCM_KERNEL)
 // This file is not hipified: take the HIP stream through torch's CUDA-masquerading API.
 #include <ATen/hip/impl/HIPStreamMasqueradingAsCUDA.h>

@@ -50,6 +50,7 @@ class KernelConfig:
     # [torch] pyext: extensions of the Python/data files in torch-ext/<pkg>/ that a build ships.
     torch_pyext: tuple[str, ...] = ("py", "pyi")
     upstream: str | None = None
+    source: str | None = None
 
     @property
     def python_name(self) -> str:
@@ -58,6 +59,10 @@ class KernelConfig:
     @property
     def package_dir(self) -> Path:
         return self.root / "torch-ext" / self.python_name
+
+    @property
+    def torch_compiled_sources(self) -> tuple[str, ...]:
+        return tuple(s for s in self.torch_src if Path(s).suffix in COMPILED_SUFFIXES)
 
     def sections_for(self, backend: str) -> tuple[KernelSection, ...]:
         return tuple(k for k in self.kernels if k.backend == backend and backend in self.backends)
@@ -127,4 +132,5 @@ def load_config(kernel_dir: str | Path) -> KernelConfig:
         kernels=tuple(sections),
         torch_pyext=_strings(torch, "pyext", f"{path}: [torch]") if "pyext" in torch else ("py", "pyi"),
         upstream=general.get("upstream"),
+        source=general.get("source"),
     )

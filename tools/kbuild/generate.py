@@ -1,4 +1,5 @@
-"""Files kernel-builder generates at build time; kbuild writes equivalents (never committed)."""
+"""Files kernel-builder generates at build time; kbuild writes equivalents (never committed):
+``registration.h`` into the staged ``torch-ext/`` (:mod:`kbuild.stage`), ``_ops.py`` beside the library."""
 
 from __future__ import annotations
 
@@ -99,12 +100,6 @@ def write_if_changed(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
-
-
-def write_registration_h(directory: Path) -> Path:
-    path = directory / "registration.h"
-    write_if_changed(path, REGISTRATION_H)
-    return path
 
 
 def write_ops_py(package_dir: Path, name: str) -> Path:

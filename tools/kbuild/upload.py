@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -97,8 +98,27 @@ def plan_upload(kernel_dir, repo_id: str | None = None, branch: str | None = Non
     return UploadPlan(repo_id, REPO_TYPE, branch, build_dir, variants, files)
 
 
+def require_token(plan: UploadPlan) -> str:
+    """The Hub token an upload will use (``HF_TOKEN``, else the one ``hf auth login`` saved); stops before
+    any network call when there is none."""
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if not token:
+        try:
+            from huggingface_hub import get_token  # reads the saved login; no network
+        except ImportError:
+            get_token = None
+        token = get_token() if get_token else None
+    if not token:
+        org = plan.repo_id.split("/")[0]
+        raise RuntimeError(
+            f"no Hugging Face token, nothing was sent: set HF_TOKEN to a token with write access to {org} "
+            "(https://huggingface.co/settings/tokens), or log in once with `hf auth login`")
+    return token
+
+
 def upload(plan: UploadPlan, kernel_dir, private: bool = False, create_pr: bool = False, use_kernel_builder: bool = True) -> None:
     """Send the plan to the Hub (network; needs HF_TOKEN with write access to the target)."""
+    require_token(plan)
     if use_kernel_builder and shutil.which("kernel-builder") and not create_pr:
         cmd = ["kernel-builder", "upload", str(kernel_dir), "--repo-id", plan.repo_id, "--branch", plan.branch,
                "--repo-type", plan.repo_type] + (["--private"] if private else [])

@@ -4,7 +4,8 @@ A variant holds one backend (kernel-builder's variants are per backend) and cont
 
 * ``__init__.py`` and every other file of ``torch-ext/<pkg>/`` with a ``[torch] pyext`` extension,
 * ``_ops.py`` (generated; the editable install's ``torch-ext/<pkg>/_ops.py`` is never touched),
-* ``<ops_id>.abi3.so`` (same sources and flags as the editable build, from :mod:`kbuild.extension`),
+* ``<ops_id>.abi3.so``, compiled from the staged Nix source set with kernel-builder's rules
+  (:mod:`kbuild.extension`; recompiled only when sources, flags or toolchain changed),
 * ``metadata.json``: name, id, version, license, python-depends, kernel-depends, backend {type, archs}
   and the sha256 digest of the variant's files (computed with the ``kernels`` wheel's own hasher).
 
@@ -24,8 +25,9 @@ from pathlib import Path
 
 from .backend import detect_backend, variant_name
 from .config import KernelConfig, load_config
-from .extension import make_extension, prepare
-from .generate import unique_id, write_if_changed
+from .extension import build_extension_class, make_extension, plan_build, prepare
+from .generate import ops_name as make_ops_name
+from .generate import unique_id, write_if_changed, write_ops_py
 
 # kernel-builder's CUDA_DEFAULT_KERNEL_ARCHS (research §2.5), used when a CUDA section lists no
 # cuda-capabilities: Nix builds set BUILD_ALL_SUPPORTED_ARCHS=ON, so a release variant covers them all.
@@ -135,12 +137,11 @@ def _cwd(path: Path):
         os.chdir(old)
 
 
-def compile_extension(ext, build_dir: Path, verbose: bool = False) -> Path:
+def compile_extension(ext, build_dir: Path, cmdclass, verbose: bool = False) -> Path:
     """Run setuptools' build_ext (torch's BuildExtension, ninja when available) for one extension."""
     from setuptools import Distribution
-    from torch.utils.cpp_extension import BuildExtension
 
-    dist = Distribution({"name": ext.name.split(".")[0], "ext_modules": [ext], "cmdclass": {"build_ext": BuildExtension}})
+    dist = Distribution({"name": ext.name.split(".")[0], "ext_modules": [ext], "cmdclass": {"build_ext": cmdclass}})
     dist.verbose = 1 if verbose else 0
     cmd = dist.get_command_obj("build_ext")
     cmd.build_temp = str(build_dir / "temp")
@@ -162,7 +163,8 @@ def build_variant(
     verbose: bool = False,
 ) -> Variant:
     """Compile ``kernel_dir`` for ``backend`` (default: the installed torch's) into ``<out_root>/<variant>``
-    (default ``<kernel>/build``), replacing an older build of the same variant."""
+    (default ``<kernel>/build``), replacing an older build of the same variant. The library is not
+    recompiled when its stamp (sources, flags, toolchain, ops name) matches the last build's."""
     import torch
 
     cfg = load_config(kernel_dir)
@@ -186,27 +188,37 @@ def build_variant(
 def _build_into(cfg: KernelConfig, backend: str, name: str, uid: str | None, stage: Path, final: Path, work: Path,
                 verbose: bool) -> Variant:
     uid = uid or unique_id(cfg.root)
-    cfg, backend, ops_name, gen_dir = prepare(cfg.root, backend, uid, flavor="", ops_py_dir=stage)
+    cfg, backend = prepare(cfg.root, backend)
+    ops_name = make_ops_name(cfg.python_name, backend, uid)
+    write_ops_py(stage, ops_name)
     archs = compiled_archs(cfg, backend)
     extra = []
     if platform.system() == "Linux":
-        compat = gen_dir / "kbuild_glibc_compat.cpp"
+        compat = cfg.root / "_build" / "generated" / "kbuild_glibc_compat.cpp"
         write_if_changed(compat, GLIBC_COMPAT_CPP)
-        extra.append(str(compat))
-    ext = make_extension(
+        extra.append(compat.relative_to(cfg.root).as_posix())
+    plan = plan_build(
         cfg,
         backend,
         ops_name,
-        gen_dir,
         with_cpu=False,
         default_cuda_capabilities=archs if backend == "cuda" else None,
+        default_rocm_archs=archs if backend == "rocm" else None,
         extra_sources=extra,
     )
-    if backend == "rocm" and not cfg.archs_for("rocm"):
-        ext.extra_compile_args["nvcc"] += [f"--offload-arch={a}" for a in archs]
-    print(f"kbuild: building {cfg.name} variant {name} (ops {ops_name}, archs {archs or '-'})", flush=True)
-    with _cwd(cfg.root):
-        so = compile_extension(ext, work, verbose=verbose)
+    stamp = plan.stamp()
+    stamp_file = work / "stamp"
+    built = work / "lib" / cfg.python_name / f"{ops_name}.abi3.so"
+    if stamp_file.is_file() and stamp_file.read_text().strip() == stamp and built.is_file():
+        print(f"kbuild: {cfg.name} variant {name}: sources, flags and toolchain unchanged since the last build "
+              f"(stamp {stamp[:12]}), not recompiled", flush=True)
+        so = built
+    else:
+        print(f"kbuild: building {cfg.name} variant {name} (ops {ops_name}, archs {archs or '-'}, "
+              f"{plan.cxx_flags[0].removeprefix('-std=')}, staged in {plan.stage})", flush=True)
+        stamp_file.unlink(missing_ok=True)
+        with _cwd(cfg.root):
+            so = compile_extension(make_extension(plan), work, build_extension_class(stamp_file, stamp), verbose=verbose)
 
     for rel in python_files(cfg):
         (stage / rel).parent.mkdir(parents=True, exist_ok=True)

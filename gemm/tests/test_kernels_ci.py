@@ -1,0 +1,135 @@
+"""Smoke tests kernels-community's CI runs against a built variant: ``pytest tests -m kernels_ci``.
+
+Fast (seconds on a CPU), and they import only torch, numpy, pytest and the kernel. There the variant is
+loaded through ``LOCAL_KERNELS`` (see conftest.py); with an editable install they test that. Each runs on
+the device the loaded build serves (a variant holds one backend), against a float64 NumPy evaluation of
+the formula on fresh random inputs, and skips with its reason on a GPU the build was not compiled for
+(kernels-community runs CUDA tests on an L4, sm_89; the CUDA backend is built for sm_90a only).
+"""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import gemm
+
+pytestmark = pytest.mark.kernels_ci
+
+KERNEL_DIR = Path(__file__).resolve().parents[1]
+BLOCK = 128
+
+
+def _build_info():
+    """(device, archs the loaded build was compiled for or None): metadata.json of a variant, else build.toml."""
+    meta = Path(gemm.__file__).parent / "metadata.json"
+    if meta.is_file():
+        backend = json.loads(meta.read_text())["backend"]
+        return ("cpu" if backend["type"] == "cpu" else "cuda"), backend.get("archs")
+    if not torch.cuda.is_available():
+        return "cpu", None
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(KERNEL_DIR / "build.toml", "rb") as f:
+        sections = tomllib.load(f)["kernel"].values()
+    key, backend = ("rocm-archs", "rocm") if torch.version.hip else ("cuda-capabilities", "cuda")
+    archs = [a for s in sections if s["backend"] == backend for a in s.get(key, [])]
+    return "cuda", archs or None
+
+
+DEVICE, ARCHS = _build_info()
+
+
+def _unsupported_gpu():
+    if DEVICE == "cpu" or not ARCHS:
+        return None
+    if torch.version.hip:
+        arch = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
+        return None if arch in ARCHS else f"this build runs on {ARCHS} only; this GPU is {arch}"
+    major, minor = torch.cuda.get_device_capability(0)
+    base = f"{major}.{minor}"
+    # "9.0a" code runs on 9.0 exactly; "X.Y+PTX" on X.Y and newer.
+    for arch in ARCHS:
+        plain = arch.removesuffix("+PTX").rstrip("af")
+        if plain == base or (arch.endswith("+PTX") and tuple(map(int, plain.split("."))) <= (major, minor)):
+            return None
+    return f"this build is compiled for {ARCHS} only; this GPU is sm_{major}{minor}"
+
+
+if _unsupported_gpu():
+    pytest.skip(_unsupported_gpu(), allow_module_level=True)
+
+
+@pytest.fixture
+def gen():
+    seed = int(np.random.SeedSequence().entropy % 2**63)
+    print(f"seed {seed}")
+    return torch.Generator().manual_seed(seed)
+
+
+def _inputs(m, n, k, dtype, layout, gen):
+    """Standard-normal bf16 cast to fp8 and standard-normal fp32 scales; "mn_major" is the AMD challenge's
+    layout (transposed views), "k_major" row-major tensors."""
+    kb, nb = math.ceil(k / BLOCK), math.ceil(n / BLOCK)
+
+    def randn(*shape):
+        return torch.randn(shape, generator=gen)
+
+    if layout == "mn_major":
+        a, b = randn(k, m).to(torch.bfloat16).to(dtype).T, randn(k, n).to(torch.bfloat16).to(dtype).T
+        a_scale, b_scale = randn(kb, m).T, randn(kb, nb).T
+    else:
+        a, b = randn(m, k).to(torch.bfloat16).to(dtype), randn(n, k).to(torch.bfloat16).to(dtype)
+        a_scale, b_scale = randn(m, kb), randn(nb, kb)
+    return a, b, a_scale, b_scale
+
+
+def _reference(a, b, a_scale, b_scale):
+    """out[m, n] = sum_kb a_scale[m, kb] * b_scale[n // 128, kb] * sum_{k in kb} a[m, k] * b[n, k], in float64."""
+    a64 = a.float().double().numpy()  # fp8 -> fp32 is exact
+    b64 = b.float().double().numpy()
+    sa, sb = a_scale.double().numpy(), b_scale.double().numpy()
+    m, k = a64.shape
+    n = b64.shape[0]
+    out = np.zeros((m, n))
+    for i in range(math.ceil(k / BLOCK)):
+        cols = slice(i * BLOCK, min(k, (i + 1) * BLOCK))
+        out += sa[:, i, None] * sb[np.arange(n) // BLOCK, i][None, :] * (a64[:, cols] @ b64[:, cols].T)
+    return out
+
+
+@pytest.mark.parametrize("layout,dtype", [("k_major", torch.float8_e4m3fn), ("mn_major", torch.float8_e4m3fnuz)])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 130, 300), (64, 256, 512), (96, 576, 1024)])
+def test_matches_float64_reference(m, n, k, layout, dtype, gen):
+    a, b, a_scale, b_scale = _inputs(m, n, k, dtype, layout, gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=DEVICE)  # poisoned
+    args = [t.to(DEVICE) for t in (a, b, a_scale, b_scale)]
+    assert gemm.gemm(*args, out=out) is out
+    want = _reference(a, b, a_scale, b_scale)
+    got = out.cpu().double().numpy()
+    bad = ~(np.abs(got - want) <= 1e-3 + 2e-2 * np.abs(want))  # the AMD challenge's check; NaN fails it
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, e.g. {got[bad][:4]} vs {want[bad][:4]}"
+
+
+def test_allocates_bfloat16_output(gen):
+    a, b, a_scale, b_scale = (t.to(DEVICE) for t in _inputs(5, 9, 200, torch.float8_e4m3fn, "k_major", gen))
+    out = gemm.gemm(a, b, a_scale, b_scale)
+    assert out.dtype == torch.bfloat16 and tuple(out.shape) == (5, 9) and out.device.type == DEVICE
+
+
+def test_bad_dtype_names_the_argument(gen):
+    a, b, a_scale, b_scale = (t.to(DEVICE) for t in _inputs(4, 8, 128, torch.float8_e4m3fn, "k_major", gen))
+    with pytest.raises(RuntimeError, match=r"a must be torch.float8_e4m3fnuz or torch.float8_e4m3fn, got torch.bfloat16"):
+        gemm.gemm(a.to(torch.bfloat16), b, a_scale, b_scale)
+
+
+def test_meta_tensors_give_the_output_shape():
+    a = torch.empty((6, 256), dtype=torch.float8_e4m3fn, device="meta")
+    b = torch.empty((10, 256), dtype=torch.float8_e4m3fn, device="meta")
+    out = gemm.gemm(a, b, torch.empty((6, 2), device="meta"), torch.empty((1, 2), device="meta"))
+    assert out.device.type == "meta" and tuple(out.shape) == (6, 10) and out.dtype == torch.bfloat16
