@@ -1,4 +1,4 @@
-// Exact CPU backend of the FP8 block-scaled GEMM (torch-free apart from at::parallel_for).
+// Exact CPU backend of the FP8 block-scaled GEMM (torch-free apart from ATen's thread pool).
 //
 // Arithmetic, per output element (m, n), in this order:
 //   for each 128-wide K block kb (the last one may be shorter):
@@ -19,7 +19,8 @@ namespace cpu {
 const float* fp8_decode_table(Fp8Format format);
 
 // Requires m, n, k >= 1 and valid pointers/strides (the torch binding validates and handles
-// empty problems itself). Uses at::parallel_for over output tiles.
+// empty problems itself). Spreads output tiles over at::get_num_threads() threads: torch's
+// inter-op pool (at::launch) and the calling thread.
 void gemm(const GemmProblem& problem);
 
 }  // namespace cpu

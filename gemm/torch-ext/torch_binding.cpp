@@ -67,9 +67,12 @@ std::string shape_str(at::IntArrayRef sizes) {
   return s + "]";
 }
 
-int64_t ceil_blocks(int64_t x) { return (x + kQuantBlock - 1) / kQuantBlock; }
+// ceil(x / 128) without the overflow of x + 127 near INT64_MAX (a huge K must not print a negative size).
+int64_t ceil_blocks(int64_t x) { return x / kQuantBlock + (x % kQuantBlock != 0); }
 
 void check_2d(const at::Tensor& t, const char* name, const char* logical) {
+  // A None passed for a Tensor argument arrives as an undefined tensor.
+  TORCH_CHECK_TYPE(t.defined(), "gemm: ", name, " must be a torch.Tensor, got None");
   TORCH_CHECK(t.dim() == 2, "gemm: ", name, " must be a 2-D tensor of logical shape ", logical, ", got a ",
               std::to_string(t.dim()), "-D tensor of shape ", shape_str(t.sizes()));
 }
@@ -96,13 +99,45 @@ std::string transpose_hint(const at::Tensor& a, const at::Tensor& b, const at::T
   return "";
 }
 
-void check_no_overlap(const at::Tensor& out, const at::Tensor& input, const char* name) {
-  const auto status = at::get_overlap_status(out, input);
-  TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, "gemm: out must not share memory with ",
-              name);
+// The half-open byte range [first, last + 1) that a tensor's elements occupy (torch strides are never
+// negative). Two tensors whose ranges are disjoint cannot share an element; ranges that intersect
+// are refused even where the elements interleave without touching: that is not worth proving.
+struct ByteRange {
+  uintptr_t begin, end;
+};
+
+ByteRange byte_range(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto begin = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(t.element_size()))};
 }
 
-// Every check of every device. Returns nothing; throws c10::Error (Python RuntimeError).
+void check_no_overlap(const at::Tensor& out, const at::Tensor& input, const char* name) {
+  if (out.numel() == 0 || input.numel() == 0) return;
+  const ByteRange o = byte_range(out), i = byte_range(input);
+  TORCH_CHECK(o.end <= i.begin || i.end <= o.begin, "gemm: out must not overlap ", name,
+              " in memory (the bytes they span intersect)");
+}
+
+// True when the strides alone show that no two elements share memory: the dimensions of extent > 1,
+// ordered by stride, each step past everything the smaller ones span. Anything else (an expand()ed
+// tensor, rows that interleave) is refused, whether or not two elements really collide.
+bool strides_do_not_self_overlap(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dimensions with size > 1
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 0;  // the largest element offset reachable with the dimensions so far
+  for (const auto& [stride, size] : dims) {
+    if (stride <= span) return false;
+    span += stride * (size - 1);
+  }
+  return true;
+}
+
+// Every check of every device, in the order of _validate.check_inputs (same messages). Throws
+// c10::TypeError (Python TypeError) for a missing tensor, c10::Error (RuntimeError) for the rest.
 void check_inputs(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
                   const at::Tensor& b_scale) {
   check_2d(a, "a", "(M, K)");
@@ -145,9 +180,12 @@ void check_inputs(const at::Tensor& out, const at::Tensor& a, const at::Tensor& 
   TORCH_CHECK(out.size(0) == m && out.size(1) == n, "gemm: out must have shape (M, N) = ", shape_str({m, n}),
               ", got ", shape_str(out.sizes()), transpose_hint(a, b, a_scale, b_scale));
 
-  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
-              "gemm: out must not have internal overlap (e.g. an expand()ed tensor with a zero stride), got strides ",
-              shape_str(out.strides()));
+  TORCH_CHECK(!(out.requires_grad() && at::GradMode::is_enabled()),
+              "gemm: out must not require grad: the op writes into it in place and has no backward "
+              "(pass out.detach(), or call it under torch.no_grad())");
+  TORCH_CHECK(strides_do_not_self_overlap(out), "gemm: out must not overlap itself, got strides ",
+              shape_str(out.strides()), " for shape ", shape_str(out.sizes()),
+              ": two elements may share memory (e.g. an expand()ed tensor)");
   check_no_overlap(out, a, "a");
   check_no_overlap(out, b, "b");
   check_no_overlap(out, a_scale, "a_scale");

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -122,3 +124,52 @@ def test_torch_compile_fullgraph(device):
     compiled = torch.compile(f, fullgraph=True)
     image = random_image((2, 24, 40, 4), device)
     torch.testing.assert_close(compiled(image), f(image), rtol=0, atol=0)
+
+
+def thread_cpu_ticks():
+    """CPU time (user + system, in clock ticks) that each OS thread of this process has used so far."""
+    ticks = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread has ended
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 of proc(5) onwards
+        ticks[tid] = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+    return ticks
+
+
+def busy_threads(call, min_ticks=2, attempts=3):
+    """How many threads each used at least ``min_ticks`` of CPU time while ``call`` ran (the most seen in
+    ``attempts`` runs: on a loaded machine a helper thread may start late and find the work done)."""
+    most = 0
+    for _ in range(attempts):
+        before = thread_cpu_ticks()
+        call()
+        after = thread_cpu_ticks()
+        most = max(most, sum(after[t] - before.get(t, 0) >= min_ticks for t in after))
+    return most
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_cpu_work_runs_on_the_requested_number_of_threads():
+    # 16 Mi pixels, a few times: with torch.set_num_threads(2) two OS threads must accumulate CPU time,
+    # with 1 only the calling thread. No timing threshold.
+    image = random_image((4096, 4096, 3), seed=1)
+    out = torch.empty((4096, 4096), dtype=torch.uint8)
+
+    def call():
+        for _ in range(4):
+            img2gray.img2gray(image, out=out)
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        call()  # starts torch's inter-op pool
+        assert busy_threads(call) >= 2
+        torch.set_num_threads(1)
+        assert busy_threads(call, attempts=1) == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert_matches_reference(out, image)

@@ -46,7 +46,20 @@ std::string shape_str(c10::IntArrayRef sizes) {
   return s + "]";
 }
 
+// The byte range [begin, end) that a tensor's elements span (torch strides are never negative).
+std::pair<uintptr_t, uintptr_t> byte_range(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto begin = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(t.element_size()))};
+}
+
+// Same checks, order and messages as img2gray/_validate.py (the Python API and the fake). Throws
+// c10::TypeError (Python TypeError) for a missing tensor, c10::Error (RuntimeError) for the rest.
 void check_arguments(const at::Tensor& out, const at::Tensor& image) {
+  // A None passed for a Tensor argument arrives as an undefined tensor.
+  TORCH_CHECK_TYPE(image.defined(), "img2gray: image must be a torch.Tensor, got None");
+  TORCH_CHECK_TYPE(out.defined(), "img2gray: out must be a torch.Tensor, got None");
   TORCH_CHECK(image.scalar_type() == at::kByte, "img2gray: image must be torch.uint8, got ", dtype_name(image.scalar_type()));
   TORCH_CHECK(image.dim() >= 3, "img2gray: image must have shape (..., H, W, 3), got ", std::to_string(image.dim()),
               "-D shape ", shape_str(image.sizes()));
@@ -61,8 +74,14 @@ void check_arguments(const at::Tensor& out, const at::Tensor& image) {
               shape_str(out.sizes()));
   TORCH_CHECK(out.device() == image.device(), "img2gray: out and image must be on the same device, got out on ",
               out.device().str(), " and image on ", image.device().str());
-  TORCH_CHECK(out.is_contiguous(), "img2gray: out must be contiguous, got strides ", shape_str(out.strides()));
-  TORCH_CHECK(!out.is_alias_of(image), "img2gray: out must not share memory with image");
+  TORCH_CHECK(out.is_contiguous(), "img2gray: out must be contiguous, got strides ", shape_str(out.strides()),
+              " for shape ", shape_str(out.sizes()));
+  // Sharing a buffer is fine; sharing bytes is not (ranges that merely interleave count as shared).
+  if (out.numel() > 0 && image.numel() > 0) {
+    const auto o = byte_range(out), i = byte_range(image);
+    TORCH_CHECK(o.second <= i.first || i.second <= o.first,
+                "img2gray: out must not overlap image in memory (the bytes they span intersect)");
+  }
 }
 
 }  // namespace

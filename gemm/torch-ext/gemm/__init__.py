@@ -26,20 +26,26 @@ def gemm(
     """Block-scaled FP8 matmul ``a @ b.T`` with per-(row, 128-K-block) and per-(128x128)-block scales.
 
     Allocates a bfloat16 (M, N) ``out`` on a's device when none is given; returns ``out``.
-    Raises RuntimeError naming the argument, the expected and the received value on bad input.
+    Bad input raises TypeError (an argument that is not a tensor) or RuntimeError (wrong dtype, shape,
+    device, overlap...) naming the argument, the expected and the received value.
     """
+    # While torch.compile traces this, the fake implementation below runs the same checks.
+    checking = not torch.compiler.is_compiling()
     if out is None:
-        check_2d(a, "a")  # shape inference below needs 2-D a and b; everything else is checked by the op
-        check_2d(b, "b")
+        if checking:
+            check_2d(a, "a")  # before out takes its shape from a and b
+            check_2d(b, "b")
         out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
+    if checking:
+        check_inputs(out, a, b, a_scale, b_scale)
     ops.gemm(out, a, b, a_scale, b_scale)
     return out
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gemm"))
 def _gemm_fake(out, a, b, a_scale, b_scale):
-    # Metadata-only checks (no data is read), so meta tensors and torch.compile tracing fail the
-    # same way an eager call does. out is mutated in place; nothing is returned.
+    # The wrapper's checks (no data is read), so meta tensors and torch.compile tracing fail the same
+    # way an eager call does. out is mutated in place; nothing is returned.
     check_inputs(out, a, b, a_scale, b_scale)
     return None
 

@@ -1,9 +1,15 @@
-"""Argument checks of the gemm op, for the fake (meta) implementation and the Python wrapper.
+"""Argument checks of the gemm op: the one validation of the Python API and of the fake (meta) implementation.
 
-They mirror check_inputs() in torch_binding.cpp message for message, so torch.compile tracing and
-meta tensors report the same errors as an eager call on a real device.
+``gemm()`` runs :func:`check_inputs` before it calls the op and the fake implementation runs it on
+meta/fake tensors, so eager calls, meta tensors and torch.compile tracing report the same errors.
+torch_binding.cpp repeats every check, in the same order and with the same messages, for callers of
+the raw op (``ops.gemm``); the tests hold the two to the same list of bad inputs.
+
+Conventions: ``TypeError`` when an argument is not a tensor (``None`` included); ``RuntimeError`` for a
+tensor with the wrong dtype, shape, device, gradient flag or memory overlap (as torch's own ops).
 """
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 QUANT_BLOCK = 128
 FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)
@@ -26,9 +32,18 @@ def _shape(t_or_sizes):
     return "[" + ", ".join(str(int(s)) for s in sizes) + "]"
 
 
-def check_2d(t, name):
+def _strides(t):
+    return "[" + ", ".join(str(int(s)) for s in t.stride()) + "]"
+
+
+def check_tensor(t, name):
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"gemm: {name} must be a torch.Tensor, got {type(t).__name__}")
+        got = "None" if t is None else type(t).__name__
+        raise TypeError(f"gemm: {name} must be a torch.Tensor, got {got}")
+
+
+def check_2d(t, name):
+    check_tensor(t, name)
     if t.dim() != 2:
         raise RuntimeError(
             f"gemm: {name} must be a 2-D tensor of logical shape {_LOGICAL[name]}, got a {t.dim()}-D tensor of "
@@ -56,8 +71,45 @@ def _transpose_hint(a, b, a_scale, b_scale):
     return ""
 
 
+def strides_do_not_self_overlap(t):
+    """True when the strides alone show that no two elements of ``t`` share memory: the dimensions of
+    extent > 1, ordered by stride, each step past everything the smaller ones span. Anything else (an
+    expand()ed tensor, rows that interleave) counts as overlapping, whether or not two elements collide."""
+    span = 0
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1):
+        if stride <= span:
+            return False
+        span += stride * (size - 1)
+    return True
+
+
+def _byte_range(t):
+    """For a 2-D tensor: (storage key, first byte, one past the last byte) of the memory ``t``'s elements span, or None
+    when it cannot be known here. Real tensors are compared by address (two storages may view the same
+    memory, e.g. two torch.from_numpy of one array); meta and fake tensors, which have no memory, by
+    storage identity and offset."""
+    if t.numel() == 0:
+        return None
+    (rows, cols), (row_stride, col_stride) = t.shape, t.stride()
+    last = (rows - 1) * row_stride + (cols - 1) * col_stride
+    item = t.element_size()
+    try:
+        storage = t.untyped_storage()
+        if t.is_meta or isinstance(t, FakeTensor):
+            key, begin = storage._cdata, t.storage_offset() * item
+        else:
+            key, begin = None, t.data_ptr()
+    except (RuntimeError, NotImplementedError):  # tensor subclasses without storage: the op itself checks
+        return None
+    return key, begin, begin + (last + 1) * item
+
+
+def _intersect(x, y):
+    return x is not None and y is not None and x[0] == y[0] and x[1] < y[2] and y[1] < x[2]
+
+
 def check_inputs(out, a, b, a_scale, b_scale):
-    """Raise RuntimeError (TypeError for non-tensors) naming the argument, the expected and the received value."""
+    """Raise TypeError/RuntimeError naming the argument, the expected and the received value."""
     for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("out", out)):
         check_2d(t, name)
     if a.dtype not in FP8_DTYPES:
@@ -100,3 +152,17 @@ def check_inputs(out, a, b, a_scale, b_scale):
             f"gemm: out must have shape (M, N) = {_shape((m, n))}, got {_shape(out)}"
             + _transpose_hint(a, b, a_scale, b_scale)
         )
+    if out.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(
+            "gemm: out must not require grad: the op writes into it in place and has no backward "
+            "(pass out.detach(), or call it under torch.no_grad())"
+        )
+    if not strides_do_not_self_overlap(out):
+        raise RuntimeError(
+            f"gemm: out must not overlap itself, got strides {_strides(out)} for shape {_shape(out)}: two elements "
+            "may share memory (e.g. an expand()ed tensor)"
+        )
+    out_range = _byte_range(out)
+    for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale)):
+        if _intersect(out_range, _byte_range(t)):
+            raise RuntimeError(f"gemm: out must not overlap {name} in memory (the bytes they span intersect)")

@@ -23,15 +23,36 @@ from . import gemm as _gemm
 _GROUP = 128
 
 
+def _quantize_groups(x: torch.Tensor, dtype: torch.dtype, fp8_max: float):
+    """(M, G, W) float32 -> (fp8 (M, G, W), float32 (M, G)): one scale per row and group of W."""
+    scale = x.abs().amax(dim=-1).clamp_min(1e-12) / fp8_max
+    q = (x / scale.unsqueeze(-1)).clamp(-fp8_max, fp8_max).to(dtype)
+    return q, scale
+
+
 def quantize_activations(x: torch.Tensor, dtype: torch.dtype):
     """(M, K) → (fp8 (M, K), float32 (M, ceil(K/128))) with one scale per row and 128-wide K group."""
     m, k = x.shape
-    groups = (k + _GROUP - 1) // _GROUP
-    padded = torch.nn.functional.pad(x.float(), (0, groups * _GROUP - k)).view(m, groups, _GROUP)
+    x = x.float()
     fp8_max = torch.finfo(dtype).max
-    scale = padded.abs().amax(dim=-1).clamp_min(1e-12) / fp8_max
-    q = (padded / scale.unsqueeze(-1)).clamp(-fp8_max, fp8_max).to(dtype)
-    return q.view(m, groups * _GROUP)[:, :k], scale
+    full, tail = k // _GROUP, k % _GROUP
+    # The whole 128-wide groups and the last partial group are quantised apart and concatenated, so that
+    # no element finds its group by dividing its column by 128: inductor's CPU loop split (torch 2.13)
+    # turns such a division over a K that 128 does not divide into K // 128 rows of 128 and never
+    # computes the last K % 128 columns. Quantising a padded (M, G, 128) tensor and slicing it back to
+    # (M, K) leaves those fp8 bytes unwritten under torch.compile (NaN and garbage in the output).
+    qs, scales = [], []
+    if full:
+        q, scale = _quantize_groups(x[:, : full * _GROUP].reshape(m, full, _GROUP), dtype, fp8_max)
+        qs.append(q.reshape(m, full * _GROUP))
+        scales.append(scale)
+    if tail:
+        q, scale = _quantize_groups(x[:, full * _GROUP :].reshape(m, 1, tail), dtype, fp8_max)
+        qs.append(q.reshape(m, tail))
+        scales.append(scale)
+    if len(qs) <= 1:
+        return (qs[0], scales[0]) if qs else (x.to(dtype), x.new_empty((m, 0)))  # K == 0: nothing to scale
+    return torch.cat(qs, dim=1), torch.cat(scales, dim=1)
 
 
 class Fp8BlockLinear(nn.Module):
@@ -49,7 +70,9 @@ class Fp8BlockLinear(nn.Module):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         n, k = self.weight.shape
         if input.shape[-1] != k:
-            raise ValueError(f"Fp8BlockLinear: input must have {k} features in its last dimension, got shape {tuple(input.shape)}")
+            raise RuntimeError(
+                f"Fp8BlockLinear: input must have {k} features in its last dimension, got shape {list(input.shape)}"
+            )
         a, a_scale = quantize_activations(input.reshape(-1, k), self.weight.dtype)
         out = _gemm(a, self.weight, a_scale, self.weight_scale_inv)
         if self.bias is not None:
