@@ -10,14 +10,13 @@
 #   bench=ARGS      benchmarks/gemm_bench.py ARGS -> gemm_h200.{json,md,png,log}
 #   img2gray-bench  benchmarks/img2gray_bench.py -> img2gray_h200.{json,md,png}
 #
-# The CUTLASS headers (build.toml: cutlass_4_4) travel with the call in .carry/cutlass/include
-# (ci/setup.sh fetches them; the machine has no network).
+# The CUTLASS headers (build.toml: cutlass_4_4) travel with the call: carry .cache/cutlass-4.4.2, which
+# ci/setup.sh (python tools/kbuild fetch-cutlass gemm) fills; the machine has no network.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/h200_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-export CUTLASS_INCLUDE_DIR=${CUTLASS_INCLUDE_DIR:-$PWD/.carry/cutlass/include}
 t0=$SECONDS
 step() { echo "[$((SECONDS - t0)) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
