@@ -299,8 +299,8 @@ __host__ __device__ __forceinline__ Path path_of(const OperandJob& j) {
 // issues all its loads at once and then stores, so with few CTAs the pass waits on one memory round trip
 // per SM; smaller CTAs (no shared tile to fill) spread the same bytes over more SMs and more round trips
 // in flight. fp16 out never takes 128 rows: its thread chunk is half as wide, so a 128-row CTA would keep
-// 8 loads per thread in flight, and 64 rows ran 5-15 % faster on every benchmark shape. Thresholds from
-// benchmarks/probes/probe_prepare on the H200 (benchmarks/results/gemm_h200_probes/prepare_pass.txt).
+// 8 loads per thread in flight, and 64 rows ran 5-15 % faster on every benchmark shape. Thresholds
+// measured on an H200 with 32, 64 and 128 rows per CTA on the challenge shapes.
 inline int kmajor_copy_rows(int64_t tiles_of_128_rows, int sms, bool to_half) {
   if (!to_half && tiles_of_128_rows >= 4 * int64_t(sms)) return 128;
   if (tiles_of_128_rows >= 2 * int64_t(sms)) return 64;
@@ -317,7 +317,7 @@ inline void set_tiling(OperandJob& j, int64_t k_pad, int rows_per_cta) {
 
 // Tiles every operand job of `args` (src, rows, strides and args.k_pad set) and returns their CTAs. The
 // K-contiguous copies take kmajor_copy_rows' choice for the whole pass, or `rows_per_cta` when it is
-// non-zero (the probes' fixed tilings).
+// non-zero (a fixed tiling, for measurements).
 inline int tile_operand_jobs(PrepareArgs& args, int sms, bool to_half, int rows_per_cta = 0) {
   int64_t full_tiles = 0;  // 128-row tiles of all operands
   for (int i = 0; i < args.n_ops; ++i) {
@@ -334,8 +334,8 @@ inline int tile_operand_jobs(PrepareArgs& args, int sms, bool to_half, int rows_
 }
 
 // kToHalf: operands become fp16 (the exact value of each fp8 byte, fn or fnuz) instead of fp8 bytes.
-// fp8 out: at least 6 CTAs (1536 threads) per SM, registers capped at 40 (the session-6 passes used 38);
-// fp16 out needs 47 without spilling: 5 CTAs.
+// fp8 out: at least 6 CTAs (1536 threads) per SM, registers capped at 40; fp16 out needs 47 without
+// spilling: 5 CTAs.
 template <bool kToHalf>
 __global__ void __launch_bounds__(kThreads, kToHalf ? 5 : 6) prepare_kernel(const PrepareArgs args) {
   __shared__ __align__(16) uint8_t smem[kTileRows * kGenericPitch];

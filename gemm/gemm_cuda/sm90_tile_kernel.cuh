@@ -64,9 +64,8 @@ struct Cfg {
   // block boundary, at a column that is a multiple of that step (promote() relies on both).
   static constexpr int kStraddleStep = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
   static_assert(BN <= 128 + kStraddleStep, "a tile may straddle one b_scale block boundary at most");
-  // Per-K-block addresses kept as loop-carried values (see issue()): 0-4 % faster for every tile in the
-  // same-run A/B of session 6 (benchmarks/results/gemm_h200_probes/ab_loop_carried.txt) except 192x144,
-  // 3 % slower with them, which keeps the form ptxas recomputes each K block.
+  // Per-K-block addresses kept as loop-carried values (see issue()): 0-4 % faster for every tile on an
+  // H200 except 192x144, 3 % slower with them, which keeps the form ptxas recomputes each K block.
   static constexpr bool kLoopCarriedAddresses = BN != 144;
 
   static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = BM * 4;
@@ -233,8 +232,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     const int c0 = 2 * (lane % 4);         // columns 8j + c0, 8j + c0 + 1
     uint8_t* smem_d = smem + C::kOffD + mw * C::kPanels * C::kPanelBytes;
     // Stage 0's addresses, once: a stage's are these plus a constant times the stage index. Derived
-    // from the generic pointer inside the loop, they were recomputed every K block (under the
-    // 160-register budget of three math warpgroups ptxas rematerialised the shared-window base).
+    // from the generic pointer inside the loop, ptxas would recompute them every K block (under the
+    // 160-register budget of three math warpgroups it rematerialises the shared-window base).
     uint32_t s_full = smem_addr(full);                                      // full[s]: + 8 s
     uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 + r0);  // + kSfaBytes s
     uint64_t desc_a = smem_desc_k128b(smem + mw * 64 * kBlockK);            // + kABytes / 16 s
