@@ -10,6 +10,7 @@ place like the op), checks a result with its accuracy class and says how large a
 suite (the emulator is slow, the GPU is not). GPU backends skip where their GPU is absent; the
 emulation backend needs a C++20 compiler and the MFMA layout tables (FP8GEMM_AMD_MFMA_DIR).
 """
+import atexit
 import functools
 import os
 import shutil
@@ -110,6 +111,7 @@ def _emulator_binary():
 
     assert os.path.isdir(emu.JSON_DIR), f"MFMA layout JSON not found at {emu.JSON_DIR} (set FP8GEMM_AMD_MFMA_DIR)"
     build = tempfile.mkdtemp(prefix="gemm_gfx942_backend_")
+    atexit.register(shutil.rmtree, build, True)
     emu.generate_tables(os.path.join(build, "gen"))
     return emu.compile_program("gfx942_gemm_driver.cpp", os.path.join(build, "gen"), os.path.join(build, "driver"),
                                extra_includes=[emu.KERNEL_DIR])
