@@ -7,8 +7,8 @@ kinds and strided scales and outputs. Skips cleanly without a CUDA device of com
 import pytest
 import torch
 
-from reference import make_inputs, poisoned_out
-from test_gemm_cuda import FN, FNUZ, _sm90_available, _shape_id, check, reference_gemm_gpu
+from reference import make_inputs, poisoned_out, reference_gemm_on_device
+from test_gemm_cuda import FN, FNUZ, _sm90_available, _shape_id, check
 
 pytestmark = pytest.mark.skipif(not _sm90_available(), reason="needs a CUDA device of compute capability 9.0")
 
@@ -106,7 +106,7 @@ def test_decode_special_values(m, special):
     gemm.gemm(a, b, a_scale, b_scale, out=out)
     torch.cuda.synchronize()
     if special != "fnuz_pm240":
-        assert torch.isnan(reference_gemm_gpu(a, b, a_scale, b_scale)).any()
+        assert torch.isnan(reference_gemm_on_device(a, b, a_scale, b_scale)).any()
     check(out, a, b, a_scale, b_scale, exact=False)
 
 
