@@ -505,6 +505,7 @@ def test_cuda_matmul_2d_in_a_graph_on_a_side_stream():
     a = activations((64, 2048), torch.bfloat16, seed=3, device="cuda")
     want = gemm.matmul_2d(a, b, b_scale, [128, 128])
     stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         gemm.matmul_2d(a, b, b_scale, [128, 128])  # warm-up on the capture stream
         graph = torch.cuda.CUDAGraph()
