@@ -33,7 +33,7 @@ apt_packages() {
     "${missing[@]}" >/dev/null
 }
 
-PYTHON=${PYTHON:-python3}
+export PYTHON=${PYTHON:-python3}
 
 python_packages() {
   local reqs status

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 . ci/steps.sh
 start=$EPOCHREALTIME
 bash ci/setup.sh || exit 1
-PYTHON=${PYTHON:-python3}
+export PYTHON=${PYTHON:-python3}
 
 # In CI every toolchain is installed by ci/setup.sh: a compile check must fail, not skip, when one is missing.
 export FP8GEMM_REQUIRE_HIP=1 CI_REQUIRE_NVCC=1

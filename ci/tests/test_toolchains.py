@@ -21,7 +21,7 @@ def test_build_toml_names_a_cutlass_kernel_builder_provides_with_the_blockwise_c
     depends = cfg["kernel"]["gemm_cuda"]["depends"]
     version = cutlass.required_version(depends)
     assert version == "4.4.2"  # cutlass_4_4; the sm90 FP8-blockwise collectives need CUTLASS >= 4.2
-    assert cutlass.KERNEL_BUILDER_CUTLASS["cutlass_4_0"] == "4.0.0"  # what build.toml named before: too old
+    assert cutlass.KERNEL_BUILDER_CUTLASS["cutlass_4_0"] == "4.0.0"  # older than 4.2: no blockwise collectives
 
 
 def test_dependency_names_map_to_kernel_builder_releases():
