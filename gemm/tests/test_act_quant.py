@@ -131,7 +131,6 @@ def test_reference_special_values():
 # fp8_act_quant
 
 
-@pytest.mark.kernels_ci
 @pytest.mark.parametrize("kind", FP8)
 @pytest.mark.parametrize("k", [1, 100, 127, 128, 129, 300, 7000])
 def test_matches_reference(device, kind, k):
@@ -274,7 +273,6 @@ def assert_close_to_reference(y, q, b, s, b_scale, device):
         assert_close_fp8_tensor_core(out.cpu(), q, b.cpu(), s, b_scale.cpu())
 
 
-@pytest.mark.kernels_ci
 @pytest.mark.parametrize("kind", FP8)
 @pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (5, 200, 300), (33, 130, 129), (4, 1, 1), (70, 256, 1000)])
 def test_matmul_2d_matches_reference(device, kind, m, n, k):
