@@ -1,15 +1,17 @@
 // Exact, multithreaded CPU backend (see gemm_cpu.h for the arithmetic order).
 //
 // Structure: the output is cut into MC x NC tiles that at::get_num_threads() workers claim one at a
-// time (run_on_workers below: torch's inter-op thread pool plus the calling thread). A worker owns an fp32 accumulator for its tile and walks K one 128-wide quantisation block at a
-// time: it decodes that block of a (MC x 128) and b (128 x NC) into fp32 panels through a
-// 256-entry table, runs a 6 x 16 register-blocked micro-kernel per panel pair to get the block's
-// unscaled partial sums, and folds them into the accumulator with one scale multiply. Nothing is
-// allocated per call beyond a few hundred KiB per thread, whatever M, N and K are.
+// time (run_on_workers, cpu_workers.h: torch's inter-op thread pool plus the calling thread). A worker
+// owns an fp32 accumulator for its tile and walks K one 128-wide quantisation block at a time: it
+// decodes that block of a (MC x 128) and b (128 x NC) into fp32 panels through a 256-entry table, runs
+// a 6 x 16 register-blocked micro-kernel per panel pair to get the block's unscaled partial sums, and
+// folds them into the accumulator with one scale multiply. Nothing is allocated per call beyond a few
+// hundred KiB per thread, whatever M, N and K are.
 //
 // The micro-kernel vectorises across n (16 columns), never across k, so every output element
 // sums its products in plain increasing-k order and no -ffast-math-style reassociation is needed.
 #include "gemm_cpu.h"
+#include "cpu_workers.h"
 #include "fma_f32.h"
 
 #include <ATen/Parallel.h>
@@ -236,61 +238,6 @@ BlockFn pick_block_fn() {
   if (cpu_has_avx2_fma()) return block_avx2;
 #endif
   return block_generic;
-}
-
-// Runs worker(claim) on up to at::get_num_threads() threads until the `count` work items are used up;
-// claim(i) hands out the next unclaimed item and returns false when none is left.
-//
-// Why not at::parallel_for: with ATen's OpenMP backend (the default torch builds) it is an inline
-// `#pragma omp parallel`, which runs serially unless this file is compiled with -fopenmp, and
-// kernel-builder passes no OpenMP flags. at::launch (the inter-op pool) needs no compiler flag. The
-// calling thread works too, so the call finishes even when the pool is busy. The shared state lives on
-// the heap, and a pool task that starts after the last item was claimed never calls `worker`, so a late
-// task is harmless after this function has returned. The wait at the end polls (yield, then short
-// sleeps) instead of using std::condition_variable, whose wait() needs a libstdc++ symbol version
-// (GLIBCXX_3.4.30) newer than manylinux_2_28 allows.
-template <typename Worker>
-void run_on_workers(int64_t count, const Worker& worker) {
-  struct Shared {
-    explicit Shared(int64_t n) : count(n) {}
-    const int64_t count;
-    std::atomic<int64_t> next{0};
-    std::atomic<int> active{0};  // threads inside `work` below
-    std::mutex error_mutex;
-    std::exception_ptr error;
-  };
-  const int64_t threads = std::min<int64_t>(count, at::in_parallel_region() ? 1 : at::get_num_threads());
-  if (threads <= 1) {
-    int64_t next = 0;
-    worker([&](int64_t& item) { return (item = next++) < count; });
-    return;
-  }
-  auto shared = std::make_shared<Shared>(count);
-  auto work = [&worker](Shared& s) {
-    // Registered before looking: once the caller has seen every item claimed and `active` at 0, a task
-    // that registers afterwards is bound to see nothing left (all operations are sequentially consistent).
-    s.active.fetch_add(1);
-    if (s.next.load() < s.count) {
-      try {
-        worker([&s](int64_t& item) { return (item = s.next.fetch_add(1)) < s.count; });
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(s.error_mutex);
-        if (!s.error) s.error = std::current_exception();
-        s.next.store(s.count);  // the others stop at their next claim
-      }
-    }
-    s.active.fetch_sub(1);
-  };
-  for (int64_t t = 1; t < threads; ++t) at::launch([shared, work] { work(*shared); });
-  work(*shared);
-  // Every item is claimed now; wait for the threads still finishing theirs.
-  for (int spins = 0; shared->active.load() != 0; ++spins) {
-    if (spins < 1000)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  if (shared->error) std::rethrow_exception(shared->error);
 }
 
 struct TileShape {

@@ -89,9 +89,9 @@ bool exact_accumulation_requested() {
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 
-// GEMM_CUDA_PDL=0: launch the GEMM kernel only after the preparation pass has completed, instead of as
-// its programmatic dependent (read per call; for A/B timing, and a switch for tools that mishandle
-// programmatic dependent launches).
+// GEMM_CUDA_PDL=0: launch the GEMM kernel only after the kernel before it (the preparation pass, or the
+// caller's producer of a / a_scale) has completed, instead of as its programmatic dependent (read per call;
+// for A/B timing, and a switch for tools that mishandle programmatic dependent launches).
 bool overlap_prep_allowed() {
   const char* v = std::getenv("GEMM_CUDA_PDL");
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -227,7 +227,7 @@ bool operand_direct(const uint8_t* ptr, int64_t rows, int64_t k, int64_t s_row, 
 bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass) {
   if (!aligned16(ptr) || (cutlass && rows % 4 != 0)) return false;
   if (s_row != 1 && rows > 1) return false;
-  const int64_t ld = kb == 1 ? rows : s_kb;
+  const int64_t ld = kb == 1 ? round_up(rows, 4) : s_kb;  // one K block: the stride is never used
   return ld % 4 == 0 && ld >= rows && ld <= INT32_MAX;
 }
 
@@ -282,7 +282,7 @@ Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
   const uint8_t* B = pl.convert_b ? reinterpret_cast<const uint8_t*>(pl.off_b) : p.b;
   const int64_t ldb = pl.convert_b ? pl.k_kernel : effective_ld(p.n, p.b_stride_n, p.k, 16);
   const float* SFA = pl.copy_sfa ? reinterpret_cast<const float*>(pl.off_sfa) : p.a_scale;
-  const int64_t sfa_ld = pl.copy_sfa ? pl.sfa_rows : (kb == 1 ? p.m : p.a_scale_stride_kb);
+  const int64_t sfa_ld = pl.copy_sfa ? pl.sfa_rows : (kb == 1 ? round_up(p.m, 4) : p.a_scale_stride_kb);
   const float* SFB = pl.copy_sfb ? reinterpret_cast<const float*>(pl.off_sfb) : p.b_scale;
   const int64_t sfb_ld = pl.copy_sfb ? kb : (p.n_blocks() == 1 ? kb : p.b_scale_stride_nb);
   void* D = pl.stage_out ? reinterpret_cast<void*>(pl.off_out) : static_cast<void*>(p.out);
@@ -403,7 +403,7 @@ T* at(void* base, size_t off) {
 }
 
 cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size_t workspace_size,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool after_producer) {
   if (workspace_size < pl.total || (pl.total > 0 && workspace == nullptr)) return cudaErrorInvalidValue;
   if ((reinterpret_cast<uintptr_t>(workspace) & 255u) != 0) return cudaErrorInvalidValue;
   const int sms = device_sm_count();
@@ -456,7 +456,9 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
     return in_ws ? static_cast<const void*>(static_cast<const uint8_t*>(workspace) + reinterpret_cast<uintptr_t>(rel))
                  : rel;
   };
-  const bool overlap = prep_ctas > 0 && overlap_prep_allowed();
+  // The GEMM kernel overlaps the kernel before it: the preparation pass when there is one (the flag memset
+  // of the fnuz path comes before that pass), else the caller's producer of a / a_scale.
+  const bool overlap = (prep_ctas > 0 || (after_producer && !pl.fnuz)) && overlap_prep_allowed();
   if (pl.decode) {
     sm90::DecodeArgs d = pl.decode_args;
     d.a = rebase(d.a, pl.convert_a);
@@ -560,9 +562,9 @@ size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg) {
 }
 
 cudaError_t gemm_with(const GemmProblem& p, const Sm90Config& cfg, void* workspace, size_t workspace_size,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, bool after_producer) {
   if (!problem_valid(p) || !config_valid(p, cfg)) return cudaErrorInvalidValue;
-  return run_plan(p, make_plan(p, cfg), workspace, workspace_size, stream);
+  return run_plan(p, make_plan(p, cfg), workspace, workspace_size, stream, after_producer);
 }
 
 size_t workspace_bytes(const GemmProblem& p) {
@@ -570,9 +572,10 @@ size_t workspace_bytes(const GemmProblem& p) {
   return workspace_bytes_with(p, choose_config(p));
 }
 
-cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_size, cudaStream_t stream) {
+cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_size, cudaStream_t stream,
+                 bool after_producer) {
   if (!problem_valid(p)) return cudaErrorInvalidValue;
-  return gemm_with(p, choose_config(p), workspace, workspace_size, stream);
+  return gemm_with(p, choose_config(p), workspace, workspace_size, stream, after_producer);
 }
 
 cudaError_t gemm_exact_reference(const GemmProblem& p, cudaStream_t stream) {

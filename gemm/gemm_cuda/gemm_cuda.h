@@ -18,6 +18,15 @@ size_t workspace_bytes(const GemmProblem& p);
 // 256-byte aligned (torch's caching allocator). Returns cudaErrorInvalidValue for a problem
 // the caller should have rejected (sizes < 1, null pointers, unknown format, small workspace)
 // and never aborts.
-cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+//
+// after_producer: the kernel enqueued last on `stream` is the producer of a and a_scale (e.g.
+// act_quant(), which triggers its dependents early). The GEMM kernel is then launched as its
+// programmatic dependent: its launch and prologue overlap the producer's tail, and it waits
+// (griddepcontrol.wait) for the producer's completion before reading global memory. Where the launcher
+// runs its own preparation pass first, that pass is the GEMM's producer instead and starts after the
+// caller's kernel completes. Only the hand-written tile and decode kernels overlap; CUTLASS kernels
+// ignore the attribute. GEMM_CUDA_PDL=0 turns every programmatic launch off.
+cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                 bool after_producer = false);
 
 }  // namespace fp8gemm::cuda

@@ -129,6 +129,12 @@ def gemm_symbol_id(symbol: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def act_quant_symbol_dtype(symbol: str) -> int | None:
+    """act_quant_kernel<ActDtype(N)> mangles as ...act_quant_kernelILNS_8ActDtypeEN..."""
+    m = re.search(r"act_quant_kernelILNS_8ActDtypeE(\d)E", symbol)
+    return int(m.group(1)) if m else None
+
+
 def waves_per_simd(vgpr_total: int, lds_bytes: int, threads: int) -> dict:
     waves_per_wg = threads // 64
     alloc = math.ceil(max(vgpr_total, 1) / VGPR_GRANULE) * VGPR_GRANULE

@@ -133,3 +133,42 @@ def test_meta_tensors_give_the_output_shape():
     b = torch.empty((10, 256), dtype=torch.float8_e4m3fn, device="meta")
     out = gemm.gemm(a, b, torch.empty((6, 2), device="meta"), torch.empty((1, 2), device="meta"))
     assert out.device.type == "meta" and tuple(out.shape) == (6, 10) and out.dtype == torch.bfloat16
+
+
+# ---- fine-grained FP8: fp8_act_quant and matmul_2d ------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 300), (2, 3, 1000)])
+def test_fp8_act_quant_matches_its_definition(shape, dtype, gen):
+    # scale = max(amax / fp8_max, 1e-12) per row and 128-wide group in float32; q = torch's own
+    # round-to-nearest-even cast of clamp(x / scale), byte for byte.
+    x = (torch.randn(shape, generator=gen) * 10).to(torch.bfloat16)
+    q, scale = gemm.fp8_act_quant(x.to(DEVICE), 128, dtype)
+    k, fp8_max = shape[-1], torch.finfo(dtype).max
+    assert q.dtype == dtype and tuple(q.shape) == shape and scale.shape == (*shape[:-1], math.ceil(k / BLOCK))
+    x32 = x.float().reshape(-1, k).numpy()
+    groups = np.arange(k) // BLOCK
+    amax = np.stack([np.abs(x32[:, groups == g]).max(axis=1) for g in range(math.ceil(k / BLOCK))], axis=1)
+    want_scale = np.maximum(amax / np.float32(fp8_max), np.float32(1e-12)).astype(np.float32)
+    np.testing.assert_array_equal(scale.cpu().reshape(-1, amax.shape[1]).numpy(), want_scale)
+    quotient = np.clip(x32 / want_scale[:, groups], -fp8_max, fp8_max).astype(np.float32)
+    want_q = torch.from_numpy(quotient).to(dtype).view(torch.uint8).numpy()
+    np.testing.assert_array_equal(q.cpu().view(torch.uint8).reshape(-1, k).numpy(), want_q)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 130, 300), (33, 576, 1024)])
+def test_matmul_2d_matches_float64_reference(m, n, k, gen):
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w = torch.randn(n, k, generator=gen).to(torch.float8_e4m3fn)
+    w_scale = torch.rand(math.ceil(n / BLOCK), math.ceil(k / BLOCK), generator=gen) + 0.5
+    y = gemm.matmul_2d(x.to(DEVICE), w.to(DEVICE), w_scale.to(DEVICE), [128, 128])
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == (m, n)
+    q, scale = gemm.fp8_act_quant(x.to(DEVICE), 128, torch.float8_e4m3fn)
+    q, scale = q.cpu().float(), scale.cpu()
+    want = _reference(q, w, scale, w_scale)
+    # Hopper's fp8 tensor cores keep ~13 fraction bits inside a 128-wide block: 2^-12 of the sum of |terms|.
+    mass = _reference(q.abs(), w.float().abs(), scale.abs(), w_scale)
+    got = y.cpu().double().numpy()
+    bad = ~(np.abs(got - want) <= 1e-3 + 2e-2 * np.abs(want) + 2.0**-12 * mass)
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, e.g. {got[bad][:4]} vs {want[bad][:4]}"

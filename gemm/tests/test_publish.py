@@ -227,12 +227,14 @@ def test_fp8_linear_layer_with_kernelize(hub_repo, tmp_path):
 
         @use_kernel_forward_from_hub("Fp8BlockLinear")
         class Fp8Linear(nn.Module):
-            # A DeepSeek-V3-style block-quantized linear; its own forward dequantizes the weight (slow path).
+            # transformers' fine-grained FP8 linear (DeepSeek-V3-style block-quantized weights); its own forward
+            # dequantizes the weight (slow path).
             def __init__(self, weight, weight_scale_inv, bias):
                 super().__init__()
                 self.weight = nn.Parameter(weight, requires_grad=False)
                 self.weight_scale_inv = nn.Parameter(weight_scale_inv, requires_grad=False)
                 self.bias = nn.Parameter(bias, requires_grad=False)
+                self.block_size = (128, 128)
 
             def forward(self, input):
                 n, k = self.weight.shape
@@ -251,14 +253,15 @@ def test_fp8_linear_layer_with_kernelize(hub_repo, tmp_path):
             kernelize(model, mode=Mode.INFERENCE, device="cpu", use_fallback=False)
         hub = kernels.get_local_kernel(Path({str(hub_repo)!r}))
         calls = []
-        original = hub.layers._gemm
-        hub.layers._gemm = lambda *args: calls.append(args[0].shape) or original(*args)
+        original = hub.layers._matmul_2d
+        hub.layers._matmul_2d = lambda *args, **kw: calls.append(tuple(args[0].shape)) or original(*args, **kw)
         fast = model(x)
-        assert calls == [(10, k)], calls  # the kernel's layer ran
+        assert calls == [(2, 5, k)], calls  # the kernel's layer ran
         assert fast.shape == slow.shape and fast.dtype == x.dtype
         # the layer = per-(token, 128-group) fp8 activation quantization + the block-scaled GEMM
-        a, sa = hub.layers.quantize_activations(x.reshape(-1, k), w.dtype)
-        manual = (original(a, w, sa, ws) + model[0].bias).to(x.dtype).reshape(2, 5, n)
+        a, sa = hub.fp8_act_quant(x, 128, w.dtype)
+        y = hub.gemm(a.view(-1, k), w, sa.reshape(-1, sa.shape[-1]), ws).reshape(2, 5, n)
+        manual = (y.to(x.dtype) + model[0].bias).to(x.dtype)
         assert torch.equal(fast, manual)
         # and close to the dequantized float computation (e4m3 activations: ~3% relative error)
         err = (fast.float() - slow.float()).norm() / slow.float().norm()
@@ -266,7 +269,7 @@ def test_fp8_linear_layer_with_kernelize(hub_repo, tmp_path):
         # compile mode: the layer declares can_torch_compile; it must trace without graph breaks
         with use_kernel_mapping(mapping):
             kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, device="cpu", use_fallback=False)
-        hub.layers._gemm = original
+        hub.layers._matmul_2d = original
         compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
         assert torch.equal(compiled(x), fast)
         print("OK")

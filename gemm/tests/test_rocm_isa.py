@@ -6,6 +6,9 @@
 * ISA (clang-19 build of every .hip for gfx942 through ci/check_hip.sh, under C++17 and C++20):
   every instantiation of the dispatch table is compiled, uses the fp8 MFMA it was configured for,
   no scratch or spills, LDS <= 64 KiB, VGPR+AGPR within the budget of its workgroup size.
+* The activation quantization (act_quant_launcher.hip): one instantiation per input dtype, no scratch or
+  spills, 16-byte loads and 8-byte stores on its fast path, a 4-step bpermute amax reduction and IEEE
+  (correctly rounded) divisions.
 * Cost model (rocm_cost.py): per-step budgets of every main loop read from the assembly (exact
   LDS fragment bytes, no LDS address read twice, no bpermutes, no per-lane branches, buffer loads,
   VALU time under MFMA time); the tuned table is the model's choice for each of the 18 shapes; the
@@ -246,6 +249,44 @@ def test_helper_kernels_have_no_scratch(launcher_asm):
 def test_no_unexpected_kernels(launcher_asm):
     for sym in launcher_asm:
         assert rocm_asm.gemm_symbol_id(sym) is not None or "pack_kernel" in sym or "reduce_kernel" in sym, sym
+
+
+# ---- activation quantization (act_quant_launcher.hip) ---------------------------------------------
+
+# ActDtype: 0 fp32, 1 bf16, 2 fp16 (include/act_quant.h)
+ACT_QUANT_ELEMENT_LOAD = {0: "global_load_dword", 1: "global_load_ushort", 2: "global_load_ushort"}
+
+
+@pytest.fixture(scope="module")
+def act_quant_asm(asm_text):
+    assert "act_quant_launcher" in asm_text, f"no assembly for act_quant_launcher.hip: {sorted(asm_text)}"
+    return rocm_asm.parse_assembly(asm_text["act_quant_launcher"])
+
+
+def test_act_quant_isa(act_quant_asm):
+    by_dtype = {rocm_asm.act_quant_symbol_dtype(sym): ka for sym, ka in act_quant_asm.items()}
+    assert set(by_dtype) == {0, 1, 2}, sorted(act_quant_asm)
+    for dtype, ka in by_dtype.items():
+        meta, where = ka.meta, (dtype, ka.instructions)
+        # No scratch: no private segment, no spills of either register kind, no scratch or flat accesses.
+        assert int(meta[".private_segment_fixed_size"]) == 0, meta
+        assert int(meta[".vgpr_spill_count"]) == 0 and int(meta[".sgpr_spill_count"]) == 0, meta
+        assert meta.get(".uses_dynamic_stack", "false") == "false"
+        assert ka.count("scratch_") == 0 and ka.count("flat_") == 0 and ka.count("buffer_store") == 0, where
+        # No LDS; 256 work-items; registers for 8 waves per SIMD (VGPR) and no more SGPRs than a wave has.
+        assert int(meta[".group_segment_fixed_size"]) == 0 and int(meta[".max_flat_workgroup_size"]) == 256, meta
+        assert ka.vgpr_total <= 64, (dtype, ka.vgpr_total)
+        assert int(meta[".sgpr_count"]) <= 102, meta
+        # Fast path: each lane's 8 elements in one 16-byte load (two for fp32), its 8 codes in one 8-byte
+        # store; the element path: 8 element loads and byte stores; the scale: one dword store.
+        assert ka.count("global_load_dwordx4") == (2 if dtype == 0 else 1), where
+        assert ka.instructions.get(ACT_QUANT_ELEMENT_LOAD[dtype], 0) == 8, where
+        assert ka.count("global_store_dwordx2") == 1 and ka.count("global_store_byte") == 8, where
+        assert ka.instructions.get("global_store_dword", 0) == 1, where
+        # The group's amax over 16 lanes: four bpermutes, no LDS otherwise, no barrier.
+        assert ka.count("ds_bpermute_b32") == 4 and ka.count("ds_") == 4 and ka.count("s_barrier") == 0, where
+        # IEEE division, correctly rounded (scale division + 8 elements): the div_scale/fmas/fixup sequence.
+        assert ka.instructions.get("v_div_fixup_f32", 0) == 9 and ka.instructions.get("v_div_fmas_f32", 0) == 9, where
 
 
 # ---- cost model ---------------------------------------------------------------------------------

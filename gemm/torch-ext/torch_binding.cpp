@@ -1,5 +1,6 @@
-// Torch binding of the FP8 block-scaled GEMM: one validation for every device, then the backend
-// of the tensors' device (CPU: exact multithreaded; CUDA sm_90a; ROCm gfx942).
+// Torch binding of the FP8 block-scaled GEMM and of the fine-grained FP8 entry points (fp8_act_quant,
+// matmul_2d): one validation for every device, then the backend of the tensors' device (CPU: exact
+// multithreaded; CUDA sm_90a; ROCm gfx942).
 //
 // Empty problems never reach a backend: M == 0 or N == 0 leaves the empty out untouched, and
 // K == 0 writes zeros (the empty sum), with scales of shape (M, 0) and (ceil(N/128), 0).
@@ -9,11 +10,13 @@
 
 #include <string>
 
+#include "act_quant.h"
 #include "gemm_problem.h"
 #include "registration.h"
 #include "torch_binding.h"
 
 #ifdef CPU_KERNEL
+#include "../gemm_cpu/act_quant_cpu.h"
 #include "../gemm_cpu/gemm_cpu.h"
 #endif
 
@@ -22,6 +25,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include "../gemm_cuda/act_quant_cuda.h"
 #include "../gemm_cuda/gemm_cuda.h"
 #elif defined(ROCM_KERNEL)
 // ROCm torch compiles this (non-hipified) file against its HIP "masquerading as CUDA" headers.
@@ -30,6 +34,7 @@
 #include <ATen/hip/impl/HIPStreamMasqueradingAsCUDA.h>
 #include <hip/hip_runtime_api.h>
 
+#include "../gemm/act_quant_rocm.h"
 #include "../gemm/gemm_rocm.h"
 #endif
 
@@ -222,7 +227,9 @@ std::string shape_of(const fp8gemm::GemmProblem& p) {
 }
 
 #if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
-void run_gpu(at::Tensor& out, const fp8gemm::GemmProblem& problem) {
+// after_producer: the kernel enqueued just before on the current stream produced a / a_scale (CUDA: the
+// GEMM starts as its programmatic dependent; ROCm: plain stream order).
+void run_gpu(at::Tensor& out, const fp8gemm::GemmProblem& problem, bool after_producer = false) {
 #if defined(CUDA_KERNEL)
   const c10::cuda::OptionalCUDAGuard guard(out.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(out.device().index()).stream();
@@ -241,14 +248,204 @@ void run_gpu(at::Tensor& out, const fp8gemm::GemmProblem& problem) {
     workspace_ptr = workspace.data_ptr();
   }
 #if defined(CUDA_KERNEL)
-  const cudaError_t err = fp8gemm::cuda::gemm(problem, workspace_ptr, bytes, stream);
+  const cudaError_t err = fp8gemm::cuda::gemm(problem, workspace_ptr, bytes, stream, after_producer);
   TORCH_CHECK(err == cudaSuccess, "gemm: CUDA backend failed (", shape_of(problem), "): ", cudaGetErrorString(err));
 #else
+  (void)after_producer;
   const hipError_t err = fp8gemm::rocm::gemm(problem, workspace_ptr, bytes, stream);
   TORCH_CHECK(err == hipSuccess, "gemm: ROCm backend failed (", shape_of(problem), "): ", hipGetErrorString(err));
 #endif
 }
 #endif
+
+// ------------------------------------------------------------------------------------------------
+// fp8_act_quant and matmul_2d: the checks of _validate.check_act_quant / check_matmul_2d, in the same
+// order and with the same messages.
+
+constexpr int64_t kMaxActRows = INT32_MAX;
+
+bool is_activation_dtype(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf || t == at::kFloat; }
+bool is_fp8_dtype(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kFloat8_e4m3fnuz; }
+
+int64_t leading_rows(const at::Tensor& x) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
+void check_activations(const char* op, const at::Tensor& x, const char* name) {
+  TORCH_CHECK_TYPE(x.defined(), op, ": ", name, " must be a torch.Tensor, got None");
+  TORCH_CHECK(x.dim() >= 1, op, ": ", name,
+              " must have at least one dimension (logical shape (..., K)), got a 0-D tensor");
+  TORCH_CHECK(is_activation_dtype(x.scalar_type()), op, ": ", name,
+              " must be torch.bfloat16, torch.float16 or torch.float32, got ", dtype_name(x.scalar_type()));
+  const int64_t rows = leading_rows(x);
+  TORCH_CHECK(rows <= kMaxActRows, op, ": ", name, " of shape ", shape_str(x.sizes()), " has ", std::to_string(rows),
+              " rows (the product of its leading sizes); at most ", std::to_string(kMaxActRows), " are supported");
+}
+
+void check_activation_scale(const char* op, const std::optional<at::Tensor>& scale, std::optional<double> value,
+                            const at::Tensor& x, const char* name) {
+  if (!scale.has_value() || !scale->defined()) return;
+  TORCH_CHECK(!value.has_value(), op,
+              ": activation_scale_value must be None when activation_scale is a tensor (pass one of them)");
+  TORCH_CHECK(scale->scalar_type() == at::kFloat, op, ": activation_scale must be torch.float32, got ",
+              dtype_name(scale->scalar_type()));
+  TORCH_CHECK(scale->numel() == 1, op,
+              ": activation_scale must have exactly one element (a per-tensor scale), got shape ",
+              shape_str(scale->sizes()));
+  TORCH_CHECK(scale->device() == x.device(), op, ": all tensors must be on the same device; ", name, " is on ",
+              x.device().str(), " but activation_scale is on ", scale->device().str());
+}
+
+void check_act_quant(const at::Tensor& x, int64_t block_size, at::ScalarType dtype,
+                     const std::optional<at::Tensor>& activation_scale, std::optional<double> activation_scale_value) {
+  check_activations("fp8_act_quant", x, "x");
+  TORCH_CHECK(block_size == kQuantBlock, "fp8_act_quant: block_size must be ", std::to_string(kQuantBlock),
+              " (the only group width the kernels implement), got ", std::to_string(block_size));
+  TORCH_CHECK(is_fp8_dtype(dtype), "fp8_act_quant: dtype must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got ",
+              dtype_name(dtype));
+  check_activation_scale("fp8_act_quant", activation_scale, activation_scale_value, x, "x");
+}
+
+void check_matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale, at::IntArrayRef block_size,
+                     std::optional<at::ScalarType> output_dtype, const std::optional<at::Tensor>& activation_scale,
+                     std::optional<double> activation_scale_value) {
+  const char* op = "matmul_2d";
+  const std::pair<const at::Tensor*, const char*> tensors[] = {{&a, "A"}, {&b, "B"}, {&b_scale, "Bs"}};
+  for (const auto& [t, name] : tensors) TORCH_CHECK_TYPE(t->defined(), op, ": ", name, " must be a torch.Tensor, got None");
+  check_activations(op, a, "A");
+  TORCH_CHECK(b.dim() == 2, op, ": B must be a 2-D tensor of logical shape (N, K), got a ", std::to_string(b.dim()),
+              "-D tensor of shape ", shape_str(b.sizes()));
+  TORCH_CHECK(is_fp8_dtype(b.scalar_type()), op, ": B must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got ",
+              dtype_name(b.scalar_type()));
+  TORCH_CHECK(b_scale.dim() == 2, op, ": Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a ",
+              std::to_string(b_scale.dim()), "-D tensor of shape ", shape_str(b_scale.sizes()));
+  TORCH_CHECK(b_scale.scalar_type() == at::kFloat, op, ": Bs must be torch.float32, got ",
+              dtype_name(b_scale.scalar_type()));
+  TORCH_CHECK(block_size.size() == 2 && block_size[0] == kQuantBlock && block_size[1] == kQuantBlock, op,
+              ": block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only blocking "
+              "the kernels implement), got ",
+              shape_str(block_size));
+  TORCH_CHECK(!output_dtype.has_value() || is_activation_dtype(*output_dtype), op,
+              ": output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got ",
+              dtype_name(output_dtype.value_or(at::kFloat)));
+  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&b, "B"}, {&b_scale, "Bs"}})
+    TORCH_CHECK(t->device() == a.device(), op, ": all tensors must be on the same device; A is on ", a.device().str(),
+                " but ", name, " is on ", t->device().str());
+  const int64_t k = a.size(-1), n = b.size(0);
+  TORCH_CHECK(b.size(1) == k, op, ": A (..., K) and B (N, K) must have the same K, got A of shape ",
+              shape_str(a.sizes()), " (K = ", std::to_string(k), ") and B of shape ", shape_str(b.sizes()), " (K = ",
+              std::to_string(b.size(1)), ")");
+  const int64_t nb = ceil_blocks(n), kb = ceil_blocks(k);
+  TORCH_CHECK(b_scale.size(0) == nb && b_scale.size(1) == kb, op,
+              ": Bs must have shape (ceil(N/128), ceil(K/128)) = ", shape_str({nb, kb}), " for B of shape ",
+              shape_str(b.sizes()), ", got ", shape_str(b_scale.sizes()));
+  check_activation_scale(op, activation_scale, activation_scale_value, a, "A");
+}
+
+// fp8_act_quant's outputs (_validate.quantized_layout): q (..., K) contiguous, and the scales of logical
+// shape (..., G) stored M-contiguous, element (r, g) of the flattened rows at r + g * ceil4(M).
+struct Quantized {
+  at::Tensor q, scale;
+  int64_t rows = 0, ld = 0;
+};
+
+Quantized allocate_quantized(const at::Tensor& x, at::ScalarType dtype) {
+  Quantized out;
+  const int64_t lead = x.dim() - 1;
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - 1), strides(lead + 1);
+  int64_t rows = 1;
+  for (int64_t d = lead - 1; d >= 0; --d) {
+    strides[d] = rows;
+    rows *= sizes[d];
+  }
+  out.rows = rows;
+  out.ld = (rows + 3) / 4 * 4;
+  sizes.push_back(ceil_blocks(x.size(-1)));
+  strides[lead] = out.ld;
+  out.q = at::empty(x.sizes(), x.options().dtype(dtype));
+  out.scale = at::empty_strided(sizes, strides, x.options().dtype(at::kFloat));
+  return out;
+}
+
+// The leading dimensions of x as a mixed radix (innermost first): size-1 dimensions dropped, neighbours
+// that step by one stride merged. False when more than kActRowDims remain.
+bool row_layout(const at::Tensor& x, fp8gemm::ActQuantProblem& p) {
+  int32_t dims = 0;
+  int64_t size[fp8gemm::kActRowDims], stride[fp8gemm::kActRowDims];
+  for (int64_t d = x.dim() - 2; d >= 0; --d) {
+    const int64_t s = x.size(d), st = x.stride(d);
+    if (s == 1) continue;
+    if (dims > 0 && st == stride[dims - 1] * size[dims - 1]) {
+      size[dims - 1] *= s;
+      continue;
+    }
+    if (dims == fp8gemm::kActRowDims) return false;
+    size[dims] = s;
+    stride[dims] = st;
+    ++dims;
+  }
+  p.row_dims = std::max<int32_t>(dims, 1);
+  for (int32_t d = 0; d < fp8gemm::kActRowDims; ++d) {
+    p.row_size[d] = d < dims ? size[d] : 1;
+    p.row_stride[d] = d < dims ? stride[d] : 0;
+  }
+  return true;
+}
+
+// Quantizes x (rows >= 1, K >= 1) into `out` on x's device, on the current stream.
+void run_act_quant(const at::Tensor& x_in, Quantized& out, const std::optional<at::Tensor>& activation_scale,
+                   std::optional<double> activation_scale_value) {
+  fp8gemm::ActQuantProblem p;
+  at::Tensor x = x_in;
+  if (!row_layout(x, p)) {  // more than kActRowDims leading dimensions that no stride merges
+    x = x.contiguous();
+    row_layout(x, p);
+  }
+  p.rows = out.rows;
+  p.k = x.size(-1);
+  p.x = x.const_data_ptr();
+  p.x_dtype = x.scalar_type() == at::kFloat   ? fp8gemm::ActDtype::kFloat32
+              : x.scalar_type() == at::kHalf ? fp8gemm::ActDtype::kFloat16
+                                             : fp8gemm::ActDtype::kBFloat16;
+  p.x_stride_k = x.stride(-1);
+  p.q = static_cast<uint8_t*>(out.q.data_ptr());
+  p.scale = out.scale.data_ptr<float>();
+  p.scale_ld = out.ld;
+  p.format = out.q.scalar_type() == at::kFloat8_e4m3fn ? fp8gemm::Fp8Format::kE4M3FN : fp8gemm::Fp8Format::kE4M3FNUZ;
+  if (activation_scale.has_value() && activation_scale->defined()) {
+    p.mode = fp8gemm::ActScaleMode::kStaticTensor;
+    p.static_scale = activation_scale->const_data_ptr<float>();
+  } else if (activation_scale_value.has_value()) {
+    p.mode = fp8gemm::ActScaleMode::kStaticValue;
+    p.static_scale_value = static_cast<float>(*activation_scale_value);
+  }
+  const std::string shape = "rows=" + std::to_string(p.rows) + ", K=" + std::to_string(p.k);
+  const at::DeviceType device = x.device().type();
+  if (device == at::kCPU) {
+#ifdef CPU_KERNEL
+    fp8gemm::cpu::act_quant(p);
+    return;
+#endif
+  } else if (device == at::kCUDA) {
+#if defined(CUDA_KERNEL)
+    const c10::cuda::OptionalCUDAGuard guard(x.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const cudaError_t err = fp8gemm::cuda::act_quant(p, stream);
+    TORCH_CHECK(err == cudaSuccess, "fp8_act_quant: CUDA backend failed (", shape, "): ", cudaGetErrorString(err));
+    return;
+#elif defined(ROCM_KERNEL)
+    const c10::hip::OptionalHIPGuardMasqueradingAsCUDA guard(x.device());
+    const hipStream_t stream = c10::hip::getCurrentHIPStreamMasqueradingAsCUDA(x.device().index()).stream();
+    const hipError_t err = fp8gemm::rocm::act_quant(p, stream);
+    TORCH_CHECK(err == hipSuccess, "fp8_act_quant: ROCm backend failed (", shape, "): ", hipGetErrorString(err));
+    return;
+#endif
+  }
+  TORCH_CHECK(false, "fp8_act_quant: this build of the kernel has no backend for device ", x.device().str(), " (",
+              shape, ")");
+}
 
 }  // namespace
 
@@ -277,13 +474,80 @@ void gemm(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::T
               shape_of(problem), ")");
 }
 
+std::tuple<at::Tensor, at::Tensor> fp8_act_quant(const at::Tensor& x, int64_t block_size, at::ScalarType dtype,
+                                                 const std::optional<at::Tensor>& activation_scale,
+                                                 std::optional<double> activation_scale_value) {
+  check_act_quant(x, block_size, dtype, activation_scale, activation_scale_value);
+  Quantized out = allocate_quantized(x, dtype);
+  if (out.rows > 0 && x.size(-1) > 0) run_act_quant(x, out, activation_scale, activation_scale_value);
+  return {out.q, out.scale};
+}
+
+at::Tensor matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale, at::IntArrayRef block_size,
+                     std::optional<at::ScalarType> output_dtype, const std::optional<at::Tensor>& activation_scale,
+                     std::optional<double> activation_scale_value) {
+  check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, activation_scale_value);
+  const at::ScalarType out_dtype = output_dtype.value_or(a.scalar_type());
+  const int64_t k = a.size(-1), n = b.size(0);
+  std::vector<int64_t> out_sizes(a.sizes().begin(), a.sizes().end() - 1);
+  out_sizes.push_back(n);
+  const int64_t rows = leading_rows(a);
+  if (rows == 0 || n == 0) return at::empty(out_sizes, a.options().dtype(out_dtype));
+  if (k == 0) return at::zeros(out_sizes, a.options().dtype(out_dtype));  // every output is an empty sum
+
+  Quantized qa = allocate_quantized(a, b.scalar_type());
+  run_act_quant(a, qa, activation_scale, activation_scale_value);
+  at::Tensor out = at::empty({rows, n}, a.options().dtype(at::kBFloat16));
+  fp8gemm::GemmProblem p;
+  p.m = rows;
+  p.n = n;
+  p.k = k;
+  p.a = static_cast<const uint8_t*>(qa.q.const_data_ptr());
+  p.a_stride_m = k;
+  p.a_stride_k = 1;
+  p.b = static_cast<const uint8_t*>(b.const_data_ptr());
+  p.b_stride_n = b.stride(0);
+  p.b_stride_k = b.stride(1);
+  p.a_scale = qa.scale.const_data_ptr<float>();
+  p.a_scale_stride_m = 1;
+  p.a_scale_stride_kb = qa.ld;
+  p.b_scale = b_scale.const_data_ptr<float>();
+  p.b_scale_stride_nb = b_scale.stride(0);
+  p.b_scale_stride_kb = b_scale.stride(1);
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.out_stride_m = n;
+  p.out_stride_n = 1;
+  p.format = b.scalar_type() == at::kFloat8_e4m3fn ? fp8gemm::Fp8Format::kE4M3FN : fp8gemm::Fp8Format::kE4M3FNUZ;
+  if (out.device().type() == at::kCPU) {
+#ifdef CPU_KERNEL
+    fp8gemm::cpu::gemm(p);
+#endif
+  } else {
+#if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+    run_gpu(out, p, /*after_producer=*/true);  // the quantization is the stream's previous kernel
+#endif
+  }
+  if (out_dtype != at::kBFloat16) out = out.to(out_dtype);
+  return out.view(out_sizes);
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("gemm(Tensor! out, Tensor a, Tensor b, Tensor a_scale, Tensor b_scale) -> ()");
+  ops.def(
+      "fp8_act_quant(Tensor x, int block_size, ScalarType dtype, Tensor? activation_scale, "
+      "float? activation_scale_value) -> (Tensor, Tensor)");
+  ops.def(
+      "matmul_2d(Tensor a, Tensor b, Tensor b_scale, int[] block_size, ScalarType? output_dtype, "
+      "Tensor? activation_scale, float? activation_scale_value) -> Tensor");
 #ifdef CPU_KERNEL
   ops.impl("gemm", c10::DispatchKey::CPU, &gemm);
+  ops.impl("fp8_act_quant", c10::DispatchKey::CPU, &fp8_act_quant);
+  ops.impl("matmul_2d", c10::DispatchKey::CPU, &matmul_2d);
 #endif
 #if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
   ops.impl("gemm", c10::DispatchKey::CUDA, &gemm);
+  ops.impl("fp8_act_quant", c10::DispatchKey::CUDA, &fp8_act_quant);
+  ops.impl("matmul_2d", c10::DispatchKey::CUDA, &matmul_2d);
 #endif
 }
 

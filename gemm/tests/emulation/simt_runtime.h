@@ -86,6 +86,8 @@ inline Options& options() {
 struct LaunchStats {
   std::atomic<uint64_t> barriers{0}, mfma16{0}, mfma32{0}, shfl{0}, lds_bytes_read{0}, lds_bytes_written{0},
       global_bytes_read{0}, global_bytes_written{0}, workgroups{0};
+  // Global accesses of 16 bytes (dwordx4 loads) and of 8 bytes (dwordx2 stores): which path ran.
+  std::atomic<uint64_t> global_loads_16_bytes{0}, global_stores_8_bytes{0};
 };
 inline LaunchStats& stats() {
   static LaunchStats s;
@@ -781,6 +783,7 @@ inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool
       }
     }
     stats().global_bytes_written.fetch_add(size, std::memory_order_relaxed);
+    if (size == 8) stats().global_stores_8_bytes.fetch_add(1, std::memory_order_relaxed);
   } else {
     if (shadow != nullptr) {
       const uint64_t me = writer_record(l);
@@ -800,6 +803,7 @@ inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool
       }
     }
     stats().global_bytes_read.fetch_add(size, std::memory_order_relaxed);
+    if (size == 16) stats().global_loads_16_bytes.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

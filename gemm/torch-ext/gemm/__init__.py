@@ -5,15 +5,21 @@
 a: (M, K) and b: (N, K), both float8_e4m3fnuz or both float8_e4m3fn, any strides;
 a_scale: (M, ceil(K/128)) float32; b_scale: (ceil(N/128), ceil(K/128)) float32; out: (M, N) bfloat16.
 See README.md for the layout contract (challenge, DeepSeek/vLLM row-major, seed tutorial).
+
+For fine-grained FP8 models (transformers' FP8Linear, kernels-community's finegrained-fp8 surface):
+fp8_act_quant(x) quantizes bf16/fp16/fp32 activations per row and 128-wide group, and
+matmul_2d(A, B, Bs, block_size) runs quantization and GEMM from raw activations.
 """
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import torch
 
 from ._ops import add_op_namespace_prefix, ops
-from ._validate import check_2d, check_inputs
+from ._validate import check_2d, check_act_quant, check_inputs, check_matmul_2d, quantized_layout
 
-__all__ = ["gemm", "ops", "layers"]
+__all__ = ["gemm", "fp8_act_quant", "matmul_2d", "ops", "layers"]
+
+ActivationScale = Union[None, float, torch.Tensor]
 
 
 def gemm(
@@ -50,5 +56,72 @@ def _gemm_fake(out, a, b, a_scale, b_scale):
     return None
 
 
-# Imported last: layers.py (kernels' kernelize layers) uses gemm() defined above.
+def _scale_args(activation_scale: ActivationScale):
+    """The op's (Tensor? activation_scale, float? activation_scale_value) pair."""
+    if activation_scale is None or isinstance(activation_scale, torch.Tensor):
+        return activation_scale, None
+    return None, float(activation_scale)
+
+
+def fp8_act_quant(
+    x: torch.Tensor,
+    block_size: int = 128,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+    activation_scale: ActivationScale = None,
+):
+    """Quantize activations x (..., K) (bf16, fp16 or fp32, any strides) to fp8 per row and 128-wide group.
+
+    Returns ``(q, scale)``: q (..., K) contiguous in ``dtype`` (float8_e4m3fn or float8_e4m3fnuz) and
+    scale (..., ceil(K/128)) float32 with ``x[..., k] ~= q[..., k] * scale[..., k // 128]``, where
+    scale = max(amax of the group / fp8 max, 1e-12) (README.md states the exact arithmetic and the
+    special values). ``activation_scale`` (a float or a one-element float32 tensor) quantizes with that
+    static per-tensor scale instead. The scales are stored M-contiguous (``scale.stride(-2) == 1``),
+    the layout the GEMM reads in place: ``gemm(q.view(-1, K), w, scale.view(-1, G), w_scale)``.
+    """
+    if not torch.compiler.is_compiling():
+        check_act_quant(x, block_size, dtype, activation_scale)
+    return ops.fp8_act_quant(x, block_size, dtype, *_scale_args(activation_scale))
+
+
+@torch.library.register_fake(add_op_namespace_prefix("fp8_act_quant"))
+def _fp8_act_quant_fake(x, block_size, dtype, activation_scale, activation_scale_value):
+    if activation_scale is None:
+        activation_scale, activation_scale_value = activation_scale_value, None
+    check_act_quant(x, block_size, dtype, activation_scale, activation_scale_value)
+    return quantized_layout(x.shape, dtype, x.device)
+
+
+def matmul_2d(
+    A: torch.Tensor,
+    B: torch.Tensor,
+    Bs: torch.Tensor,
+    block_size: Sequence[int],
+    output_dtype: Optional[torch.dtype] = None,
+    activation_scale: ActivationScale = None,
+) -> torch.Tensor:
+    """``A @ dequant(B).T`` for a block-quantized fp8 weight, from raw activations: fp8_act_quant(A) and
+    the block-scaled GEMM in one op.
+
+    A (..., K) bf16/fp16/fp32 (any strides); B (N, K) float8_e4m3fn or float8_e4m3fnuz (its dtype is the
+    activations' fp8 kind); Bs (ceil(N/128), ceil(K/128)) float32; block_size [128, 128];
+    output_dtype defaults to A.dtype (the GEMM produces bf16, converted when another dtype is asked);
+    activation_scale as in fp8_act_quant. Returns (..., N).
+    """
+    if not torch.compiler.is_compiling():
+        check_matmul_2d(A, B, Bs, block_size, output_dtype, activation_scale)
+    if isinstance(block_size, tuple):
+        block_size = list(block_size)
+    return ops.matmul_2d(A, B, Bs, block_size, output_dtype, *_scale_args(activation_scale))
+
+
+@torch.library.register_fake(add_op_namespace_prefix("matmul_2d"))
+def _matmul_2d_fake(a, b, b_scale, block_size, output_dtype, activation_scale, activation_scale_value):
+    if activation_scale is None:
+        activation_scale, activation_scale_value = activation_scale_value, None
+    check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, activation_scale_value)
+    out_dtype = a.dtype if output_dtype is None else output_dtype
+    return a.new_empty(tuple(a.shape[:-1]) + (b.shape[0],), dtype=out_dtype)
+
+
+# Imported last: layers.py (kernels' kernelize layers) uses the functions defined above.
 from . import layers  # noqa: E402

@@ -1,9 +1,10 @@
-"""Argument checks of the gemm op: the one validation of the Python API and of the fake (meta) implementation.
+"""Argument checks of the ops: the one validation of the Python API and of the fake (meta) implementations.
 
-``gemm()`` runs :func:`check_inputs` before it calls the op and the fake implementation runs it on
+``gemm()`` runs :func:`check_inputs` (``fp8_act_quant()`` :func:`check_act_quant`, ``matmul_2d()``
+:func:`check_matmul_2d`) before it calls the op, and the fake implementation runs the same function on
 meta/fake tensors, so eager calls, meta tensors and torch.compile tracing report the same errors.
 torch_binding.cpp repeats every check, in the same order and with the same messages, for callers of
-the raw op (``ops.gemm``); the tests hold the two to the same list of bad inputs.
+the raw ops (``ops.gemm``, ...); the tests hold the two to the same lists of bad inputs.
 
 Conventions: ``TypeError`` when an argument is not a tensor (``None`` included); ``RuntimeError`` for a
 tensor with the wrong dtype, shape, device, gradient flag or memory overlap (as torch's own ops).
@@ -36,10 +37,10 @@ def _strides(t):
     return "[" + ", ".join(str(int(s)) for s in t.stride()) + "]"
 
 
-def check_tensor(t, name):
+def check_tensor(t, name, op="gemm"):
     if not isinstance(t, torch.Tensor):
         got = "None" if t is None else type(t).__name__
-        raise TypeError(f"gemm: {name} must be a torch.Tensor, got {got}")
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {got}")
 
 
 def check_2d(t, name):
@@ -166,3 +167,148 @@ def check_inputs(out, a, b, a_scale, b_scale):
     for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale)):
         if _intersect(out_range, _byte_range(t)):
             raise RuntimeError(f"gemm: out must not overlap {name} in memory (the bytes they span intersect)")
+
+
+# ----------------------------------------------------------------------------------------------------
+# fp8_act_quant and matmul_2d
+
+ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+MAX_ROWS = 2**31 - 1  # rows of the quantization (the product of the leading sizes) the kernels index
+
+
+def _rows(x):
+    rows = 1
+    for size in x.shape[:-1]:
+        rows = rows * size
+    return rows
+
+
+def _check_activations(op, x, name):
+    check_tensor(x, name, op)
+    if x.dim() < 1:
+        raise RuntimeError(f"{op}: {name} must have at least one dimension (logical shape (..., K)), got a 0-D tensor")
+    if x.dtype not in ACT_DTYPES:
+        raise RuntimeError(f"{op}: {name} must be torch.bfloat16, torch.float16 or torch.float32, got {x.dtype}")
+    if _rows(x) > MAX_ROWS:
+        raise RuntimeError(
+            f"{op}: {name} of shape {_shape(x)} has {_rows(x)} rows (the product of its leading sizes); at most "
+            f"{MAX_ROWS} are supported"
+        )
+
+
+def _check_activation_scale(op, activation_scale, x, name, activation_scale_value=None):
+    """None, a Python float (or int), or a one-element float32 tensor on x's device. The raw ops take a float
+    as a separate argument (activation_scale_value): at most one of the two may be given."""
+    if activation_scale is None:
+        return
+    if activation_scale_value is not None:
+        raise RuntimeError(
+            f"{op}: activation_scale_value must be None when activation_scale is a tensor (pass one of them)"
+        )
+    if isinstance(activation_scale, bool) or not isinstance(activation_scale, (int, float, torch.Tensor)):
+        raise TypeError(
+            f"{op}: activation_scale must be None, a Python float or a one-element torch.float32 tensor, got "
+            f"{type(activation_scale).__name__}"
+        )
+    if not isinstance(activation_scale, torch.Tensor):
+        return
+    if activation_scale.dtype != torch.float32:
+        raise RuntimeError(f"{op}: activation_scale must be torch.float32, got {activation_scale.dtype}")
+    if activation_scale.numel() != 1:
+        raise RuntimeError(
+            f"{op}: activation_scale must have exactly one element (a per-tensor scale), got shape "
+            f"{_shape(activation_scale)}"
+        )
+    if activation_scale.device != x.device:
+        raise RuntimeError(
+            f"{op}: all tensors must be on the same device; {name} is on {x.device} but activation_scale is on "
+            f"{activation_scale.device}"
+        )
+
+
+def check_act_quant(x, block_size, dtype, activation_scale, activation_scale_value=None):
+    """fp8_act_quant's arguments; TypeError/RuntimeError naming the argument, the expected and the received value."""
+    _check_activations("fp8_act_quant", x, "x")
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size != QUANT_BLOCK:
+        raise RuntimeError(
+            f"fp8_act_quant: block_size must be {QUANT_BLOCK} (the only group width the kernels implement), got "
+            f"{block_size!r}"
+        )
+    if dtype not in FP8_DTYPES:
+        raise RuntimeError(f"fp8_act_quant: dtype must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {dtype}")
+    _check_activation_scale("fp8_act_quant", activation_scale, x, "x", activation_scale_value)
+
+
+def _block_size_str(block_size):
+    if isinstance(block_size, (list, tuple)):
+        return "[" + ", ".join(repr(b) for b in block_size) + "]"
+    return repr(block_size)
+
+
+def check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, activation_scale_value=None):
+    """matmul_2d's arguments (A, B, Bs in the messages: the names of the Python API)."""
+    op = "matmul_2d"
+    for name, t in (("A", a), ("B", b), ("Bs", b_scale)):
+        check_tensor(t, name, op)
+    _check_activations(op, a, "A")
+    if b.dim() != 2:
+        raise RuntimeError(
+            f"{op}: B must be a 2-D tensor of logical shape (N, K), got a {b.dim()}-D tensor of shape {_shape(b)}"
+        )
+    if b.dtype not in FP8_DTYPES:
+        raise RuntimeError(f"{op}: B must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {b.dtype}")
+    if b_scale.dim() != 2:
+        raise RuntimeError(
+            f"{op}: Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a {b_scale.dim()}-D "
+            f"tensor of shape {_shape(b_scale)}"
+        )
+    if b_scale.dtype != torch.float32:
+        raise RuntimeError(f"{op}: Bs must be torch.float32, got {b_scale.dtype}")
+    if not (
+        isinstance(block_size, (list, tuple))
+        and len(block_size) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) and s == QUANT_BLOCK for s in block_size)
+    ):
+        raise RuntimeError(
+            f"{op}: block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only "
+            f"blocking the kernels implement), got {_block_size_str(block_size)}"
+        )
+    if output_dtype is not None and output_dtype not in ACT_DTYPES:
+        raise RuntimeError(
+            f"{op}: output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got {output_dtype}"
+        )
+    for name, t in (("B", b), ("Bs", b_scale)):
+        if t.device != a.device:
+            raise RuntimeError(
+                f"{op}: all tensors must be on the same device; A is on {a.device} but {name} is on {t.device}"
+            )
+    k, n = a.shape[-1], b.shape[0]
+    if b.shape[1] != k:
+        raise RuntimeError(
+            f"{op}: A (..., K) and B (N, K) must have the same K, got A of shape {_shape(a)} (K = {k}) and B of "
+            f"shape {_shape(b)} (K = {b.shape[1]})"
+        )
+    if tuple(b_scale.shape) != (_blocks(n), _blocks(k)):
+        raise RuntimeError(
+            f"{op}: Bs must have shape (ceil(N/128), ceil(K/128)) = {_shape((_blocks(n), _blocks(k)))} for B of "
+            f"shape {_shape(b)}, got {_shape(b_scale)}"
+        )
+    _check_activation_scale(op, activation_scale, a, "A", activation_scale_value)
+
+
+def quantized_layout(x_shape, dtype, device):
+    """The outputs of fp8_act_quant for x of shape (..., K): q (..., K) contiguous in `dtype`, and the
+    float32 scales of logical shape (..., ceil(K/128)) stored M-contiguous: element (r, g) of the rows
+    flattened at r + g * ceil4(M) (the layout the sm90 GEMM kernels read in place)."""
+    lead = list(x_shape[:-1])
+    rows = 1
+    strides = []
+    for size in reversed(lead):
+        strides.append(rows)
+        rows = rows * size
+    ld = (rows + 3) // 4 * 4
+    q = torch.empty(tuple(x_shape), dtype=dtype, device=device)
+    scale = torch.empty_strided(
+        tuple(lead) + (_blocks(x_shape[-1]),), tuple(reversed(strides)) + (ld,), dtype=torch.float32, device=device
+    )
+    return q, scale

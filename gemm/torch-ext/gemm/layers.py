@@ -1,58 +1,29 @@
 """Layers for ``kernels.kernelize``: drop-in ``forward`` replacements for a host module.
 
-``Fp8BlockLinear`` replaces the forward of a DeepSeek-V3-style block-quantized FP8 linear layer, the
-host module holding (as transformers' fine-grained FP8 ``FP8Linear`` does)
+``Fp8BlockLinear`` replaces the forward of a fine-grained (block-quantized) FP8 linear layer such as
+transformers' ``FP8Linear`` (DeepSeek-V3/R1, Qwen3-FP8 checkpoints), whose host module holds
 
 * ``weight``: float8 (N, K) (e4m3fn, or e4m3fnuz on MI300),
 * ``weight_scale_inv``: float32 (ceil(N/128), ceil(K/128)), one scale per 128x128 weight block,
-* ``bias``: optional (N,).
+* ``bias``: optional (N,),
+* ``block_size``: the weight blocking, (128, 128) (a host without it is taken as (128, 128)),
+* for static activation quantization (``activation_scheme == "static"``) ``activation_scale``, a
+  one-element float32 tensor.
 
-The forward quantizes the activations per token and 128-wide K group (scale = amax / fp8 max, the
-recipe's dynamic activation quantization), runs the block-scaled GEMM (bf16 out), adds the bias and
-returns the input's dtype. Following kernels' layer rules the class defines no ``__init__``, only
-``forward`` and the two capability flags; the host's attributes are declared as annotations.
+The forward is ``matmul_2d``: the activations quantized per token and 128-wide K group (or with the
+static scale) in one kernel, the block-scaled GEMM, the bias, the input's dtype out. A weight that is
+not fp8 takes ``torch.nn.functional.linear``, as the host's own forward does. Following kernels'
+layer rules the class defines no ``__init__``, only ``forward`` and the two capability flags; the
+host's attributes are declared as annotations.
 """
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
-from . import gemm as _gemm
-
-_GROUP = 128
-
-
-def _quantize_groups(x: torch.Tensor, dtype: torch.dtype, fp8_max: float):
-    """(M, G, W) float32 -> (fp8 (M, G, W), float32 (M, G)): one scale per row and group of W."""
-    scale = x.abs().amax(dim=-1).clamp_min(1e-12) / fp8_max
-    q = (x / scale.unsqueeze(-1)).clamp(-fp8_max, fp8_max).to(dtype)
-    return q, scale
-
-
-def quantize_activations(x: torch.Tensor, dtype: torch.dtype):
-    """(M, K) → (fp8 (M, K), float32 (M, ceil(K/128))) with one scale per row and 128-wide K group."""
-    m, k = x.shape
-    x = x.float()
-    fp8_max = torch.finfo(dtype).max
-    full, tail = k // _GROUP, k % _GROUP
-    # The whole 128-wide groups and the last partial group are quantised apart and concatenated, so that
-    # no element finds its group by dividing its column by 128: inductor's CPU loop split (torch 2.13)
-    # turns such a division over a K that 128 does not divide into K // 128 rows of 128 and never
-    # computes the last K % 128 columns. Quantising a padded (M, G, 128) tensor and slicing it back to
-    # (M, K) leaves those fp8 bytes unwritten under torch.compile (NaN and garbage in the output).
-    qs, scales = [], []
-    if full:
-        q, scale = _quantize_groups(x[:, : full * _GROUP].reshape(m, full, _GROUP), dtype, fp8_max)
-        qs.append(q.reshape(m, full * _GROUP))
-        scales.append(scale)
-    if tail:
-        q, scale = _quantize_groups(x[:, full * _GROUP :].reshape(m, 1, tail), dtype, fp8_max)
-        qs.append(q.reshape(m, tail))
-        scales.append(scale)
-    if len(qs) <= 1:
-        return (qs[0], scales[0]) if qs else (x.to(dtype), x.new_empty((m, 0)))  # K == 0: nothing to scale
-    return torch.cat(qs, dim=1), torch.cat(scales, dim=1)
+from . import matmul_2d as _matmul_2d
+from ._validate import FP8_DTYPES as _FP8_DTYPES
 
 
 class Fp8BlockLinear(nn.Module):
@@ -61,20 +32,33 @@ class Fp8BlockLinear(nn.Module):
     weight: torch.Tensor
     weight_scale_inv: torch.Tensor
     bias: Optional[torch.Tensor]
+    block_size: Optional[Tuple[int, int]]
 
-    # The op has a fake (meta) implementation and the quantization is plain torch: it traces fullgraph.
+    # matmul_2d is one op with a fake implementation: the forward traces fullgraph for any K.
     can_torch_compile: bool = True
     # FP8 inference GEMM: no backward is implemented.
     has_backward: bool = False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.weight.dtype not in _FP8_DTYPES:
+            return nn.functional.linear(input, self.weight, self.bias)
         n, k = self.weight.shape
         if input.shape[-1] != k:
             raise RuntimeError(
                 f"Fp8BlockLinear: input must have {k} features in its last dimension, got shape {list(input.shape)}"
             )
-        a, a_scale = quantize_activations(input.reshape(-1, k), self.weight.dtype)
-        out = _gemm(a, self.weight, a_scale, self.weight_scale_inv)
+        block_size = getattr(self, "block_size", None)
+        activation_scale = None
+        if getattr(self, "activation_scheme", "dynamic") == "static":
+            activation_scale = self.activation_scale
+        out = _matmul_2d(
+            input,
+            self.weight,
+            self.weight_scale_inv,
+            [128, 128] if block_size is None else block_size,
+            output_dtype=input.dtype,
+            activation_scale=activation_scale,
+        )
         if self.bias is not None:
             out = out + self.bias
-        return out.to(input.dtype).reshape(*input.shape[:-1], n)
+        return out.to(input.dtype)
