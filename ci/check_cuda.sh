@@ -5,7 +5,7 @@
 # hand-written kernels' PTX (tile and decode kernels) also goes through ptxas (sm_90a): it must not serialise the wgmmas
 # (warning C7514: a loop shape it cannot analyse makes it wait for each wgmma before the next) and
 # must not spill; so must the launcher's own kernels (gemm_cuda.cu: the preparation pass, whose
-# register caps come from its __launch_bounds__).
+# register caps come from its __launch_bounds__) and the activation quantization (act_quant_cuda.cu).
 # The sources are compiled as kernel-builder compiles them: from the staged Nix source set of gemm/
 # (only the files build.toml lists), with the [kernel.gemm_cuda] section's include roots, defines,
 # nvcc flags and C++ standard (tools/kbuild flags), against the CUTLASS release build.toml depends on
@@ -71,7 +71,7 @@ done
 ptxas="$(dirname "$nvcc")/ptxas"
 hand=()
 for f in "${srcs[@]}"; do
-  case "$(basename "$f")" in sm90_tile*.cu|sm90_decode.cu|gemm_cuda.cu) [[ -s "$out/$(basename "$f" .cu).ptx" ]] && hand+=("$f") ;; esac
+  case "$(basename "$f")" in sm90_tile*.cu|sm90_decode.cu|gemm_cuda.cu|act_quant_cuda.cu) [[ -s "$out/$(basename "$f" .cu).ptx" ]] && hand+=("$f") ;; esac
 done
 printf '%s\n' "${hand[@]}" | xargs -P "$jobs" -I{} sh -c \
   'b=$(basename "{}" .cu); "$0" -arch=sm_90a -v "'"$out"'/$b.ptx" -o "'"$out"'/$b.cubin" > "'"$out"'/$b.ptxas" 2>&1 || { echo "FAILED: ptxas $b"; cat "'"$out"'/$b.ptxas"; exit 255; }' \

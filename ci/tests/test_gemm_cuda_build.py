@@ -34,5 +34,5 @@ def test_gemm_cuda_sources_compile_to_wgmma():
     lines = result.stdout.splitlines()
     for unit in units:
         assert any(line.startswith(f"ok   {unit}: ") for line in lines), f"{unit} not checked"
-        if unit.startswith("sm90_tile") or unit in ("sm90_decode", "gemm_cuda"):
+        if unit.startswith("sm90_tile") or unit in ("sm90_decode", "gemm_cuda", "act_quant_cuda"):
             assert any(line.startswith(f"ok   {unit} (ptxas)") for line in lines), f"{unit} not checked by ptxas"
