@@ -37,9 +37,9 @@ struct Elem<ActDtype::kBFloat16> {
 template <>
 struct Elem<ActDtype::kFloat16> {
   using T = uint16_t;
-  static __device__ __forceinline__ float f32(uint32_t b) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
-  }
+  // Bit-exact, NaN sign included (the hardware conversion returns a canonical NaN, and the sign rule
+  // gives a NaN input its own sign).
+  static __device__ __forceinline__ float f32(uint32_t b) { return aq_f16_to_f32(static_cast<uint16_t>(b)); }
 };
 template <>
 struct Elem<ActDtype::kFloat32> {

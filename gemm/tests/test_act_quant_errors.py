@@ -22,7 +22,7 @@ PATHS = ["api", "raw", "api-meta", "raw-meta"] + [
 
 
 def _device(path):
-    return {"api": "cpu", "raw": "cpu", "api-meta": "meta", "raw-meta": "meta"}.get(path, "cuda")
+    return {"api": "cpu", "raw": "cpu", "api-meta": "meta", "raw-meta": "meta"}.get(path, "cuda:0")
 
 
 def _other(device):

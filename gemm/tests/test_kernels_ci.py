@@ -90,17 +90,20 @@ def _inputs(m, n, k, dtype, layout, gen):
 
 
 def _reference(a, b, a_scale, b_scale):
-    """out[m, n] = sum_kb a_scale[m, kb] * b_scale[n // 128, kb] * sum_{k in kb} a[m, k] * b[n, k], in float64."""
+    """(ref, mass) in float64: out[m, n] = sum_kb a_scale[m, kb] * b_scale[n // 128, kb] * sum_{k in kb}
+    a[m, k] * b[n, k], and the same sum over the magnitudes of its terms."""
     a64 = a.float().double().numpy()  # fp8 -> fp32 is exact
     b64 = b.float().double().numpy()
     sa, sb = a_scale.double().numpy(), b_scale.double().numpy()
     m, k = a64.shape
     n = b64.shape[0]
-    out = np.zeros((m, n))
+    out, mass = np.zeros((m, n)), np.zeros((m, n))
     for i in range(math.ceil(k / BLOCK)):
         cols = slice(i * BLOCK, min(k, (i + 1) * BLOCK))
-        out += sa[:, i, None] * sb[np.arange(n) // BLOCK, i][None, :] * (a64[:, cols] @ b64[:, cols].T)
-    return out
+        scale = sa[:, i, None] * sb[np.arange(n) // BLOCK, i][None, :]
+        out += scale * (a64[:, cols] @ b64[:, cols].T)
+        mass += np.abs(scale) * (np.abs(a64[:, cols]) @ np.abs(b64[:, cols]).T)
+    return out, mass
 
 
 @pytest.mark.parametrize("layout,dtype", [("k_major", torch.float8_e4m3fn), ("mn_major", torch.float8_e4m3fnuz)])
@@ -110,9 +113,13 @@ def test_matches_float64_reference(m, n, k, layout, dtype, gen):
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=DEVICE)  # poisoned
     args = [t.to(DEVICE) for t in (a, b, a_scale, b_scale)]
     assert gemm.gemm(*args, out=out) is out
-    want = _reference(a, b, a_scale, b_scale)
+    want, mass = _reference(a, b, a_scale, b_scale)
     got = out.cpu().double().numpy()
-    bad = ~(np.abs(got - want) <= 1e-3 + 2e-2 * np.abs(want))  # the AMD challenge's check; NaN fails it
+    # The AMD challenge's check (NaN fails it). On a GPU plus 2^-12 of the sum of |terms|: the fp8 tensor
+    # cores keep about 13 fraction bits while they add up a K block (every Hopper FP8 GEMM misses the plain
+    # bound on a few near-zero outputs); a wrong scale, block or tile still misses it by orders of magnitude.
+    slack = 2.0 ** -12 * mass if DEVICE != "cpu" else 0.0
+    bad = ~(np.abs(got - want) <= 1e-3 + 2e-2 * np.abs(want) + slack)
     assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, e.g. {got[bad][:4]} vs {want[bad][:4]}"
 
 
@@ -166,9 +173,8 @@ def test_matmul_2d_matches_float64_reference(m, n, k, gen):
     assert y.dtype == torch.bfloat16 and tuple(y.shape) == (m, n)
     q, scale = gemm.fp8_act_quant(x.to(DEVICE), 128, torch.float8_e4m3fn)
     q, scale = q.cpu().float(), scale.cpu()
-    want = _reference(q, w, scale, w_scale)
     # Hopper's fp8 tensor cores keep ~13 fraction bits inside a 128-wide block: 2^-12 of the sum of |terms|.
-    mass = _reference(q.abs(), w.float().abs(), scale.abs(), w_scale)
+    want, mass = _reference(q, w, scale, w_scale)
     got = y.cpu().double().numpy()
     bad = ~(np.abs(got - want) <= 1e-3 + 2e-2 * np.abs(want) + 2.0**-12 * mass)
     assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, e.g. {got[bad][:4]} vs {want[bad][:4]}"
