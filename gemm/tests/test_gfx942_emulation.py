@@ -729,6 +729,8 @@ def _mutants():
 
 def _caught(binary, case_dir, c):
     r = run_case(binary, case_dir, c, expect_rc=None)
+    # 1 is the driver refusing its input (e.g. built without the case's kernel): the harness's fault.
+    assert r.returncode != 1, f"the mutant driver could not run the case: {r.stderr[-500:]}"
     if r.returncode != 0:
         return f"rc {r.returncode}: {r.stderr.strip().splitlines()[-1][:200] if r.stderr.strip() else ''}"
     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -755,7 +757,9 @@ def test_every_mutant_of_the_kernel_is_caught(build_dir, tmp_path):
         shutil.copytree(KERNEL_DIR, d)
         (d / "gemm_rocm_kernels.h").write_text(mutants[i][1])
         # Only the instantiations its cases use (faster builds).
-        mask = sum(1 << KERNEL_NAMES.index(_CFG[key]["config"][0]) for key in mutants[i][2])
+        mask = 0
+        for key in mutants[i][2]:
+            mask |= 1 << KERNEL_NAMES.index(_CFG[key]["config"][0])
         return compile_program("gfx942_gemm_driver.cpp", str(d / "driver"), extra_includes=[str(d)],
                                extra_flags=["-O1", f"-DFP8GEMM_EMU_KERNELS={mask}"])
 
