@@ -344,6 +344,12 @@ FAULTS = {
     "stack-overflow": ("fiber stack overflow", "wave 1, lane 2 (thread 66)"),
     "divergent-barrier": ("divergent barriers", "wave 1, lane 0"),
     "spin-lds-timeout": ("timeout", "wave 1, lane 6 (thread 70)"),
+    # The atomic hand-off between workgroups (workgroups 0, 1, 2 in that order: 2 is the last and
+    # reads the others' parts) with one step of the protocol left out.
+    "handoff-no-release": ("with no release fence / atomic / acquire fence hand-off", "workgroup (2,0,0)"),
+    "handoff-no-acquire": ("with no release fence / atomic / acquire fence hand-off", "workgroup (2,0,0)"),
+    "handoff-no-barrier": ("with no release fence / atomic / acquire fence hand-off", "workgroup (2,0,0)"),
+    "handoff-plain-ticket": ("plain and atomic accesses to the same bytes", "workgroup (0,0,0), wave 0, lane 1"),
 }
 
 
@@ -354,8 +360,22 @@ def test_fault_is_reported_with_location(selftest_bin, name):
     assert r.returncode != 0, f"{name}: no failure reported\n{r.stdout}"
     assert f"kernel 'fault_{name}'" in r.stderr, r.stderr
     assert what in r.stderr and where in r.stderr, r.stderr
-    if name not in ("global-race", "misaligned", "lds-race", "uninit-lds"):
+    if name not in ("global-race", "misaligned", "lds-race", "uninit-lds") and not name.startswith("handoff-"):
         assert "workgroup (1,0,0)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1], None])
+def test_workgroup_handoff_through_an_atomic_ticket(selftest_bin, order):
+    """Four workgroups write, release and take a ticket; the last acquires and sums all four parts.
+    Run one after another in each given order (the last in the order sums), or concurrently."""
+    env = {"FP8GEMM_SIMT_THREADS": "1" if order else "4"}
+    r = run([selftest_bin, "handoff", "4", *map(str, order or [])], env_extra=env)
+    assert r.returncode == 0, r.stderr
+    sums, tickets = r.stdout.splitlines()
+    assert [float(x) for x in sums.split()] == [float(6000 + 4 * t) for t in range(256)]
+    assert sorted(map(int, tickets.split())) == [0, 1, 2, 3]
+    if order:
+        assert list(map(int, tickets.split())) == order
 
 
 # ------------------------------------------------------------------------------------------------
