@@ -19,8 +19,6 @@ __global__ __attribute__((amdgpu_flat_work_group_size(KernelCfg<Id>::kThreads, K
 
 __global__ __launch_bounds__(kPackThreads) void pack_kernel(PackArgs args) { pack_body(args); }
 
-__global__ __launch_bounds__(kReduceThreads) void reduce_kernel(ReduceArgs args) { reduce_body(args); }
-
 // Every tuned/generic configuration is instantiated here (the ISA test checks each of them).
 template __global__ void gemm_kernel<GemmKernelId::kT64x64_W2x2_M16>(GemmArgs);
 template __global__ void gemm_kernel<GemmKernelId::kT128x64_W2x1x2_M32>(GemmArgs);
@@ -38,9 +36,10 @@ hipError_t launch_pass(const Pass& pass, hipStream_t stream) {
     case PassKind::kPack:
       hipLaunchKernelGGL(pack_kernel, grid, block, pass.lds_bytes, stream, pass.pack);
       break;
-    case PassKind::kReduce:
-      hipLaunchKernelGGL(reduce_kernel, grid, block, pass.lds_bytes, stream, pass.reduce);
-      break;
+    case PassKind::kZero:
+      // The stream-K tile tickets: the workspace comes from the caller's allocator, so every call
+      // zeroes them before the GEMM pass that counts on them (stream order).
+      return hipMemsetAsync(pass.zero.dst, 0, pass.zero.bytes, stream);
     case PassKind::kGemm: {
       const bool known = visit_gemm_kernel(pass.gemm_kernel, [&](auto cfg) {
         using Cfg = decltype(cfg);

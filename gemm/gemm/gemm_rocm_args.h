@@ -2,6 +2,7 @@
 // element strides) passed by value to the kernels; shared by the HIP launcher and the emulator.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace fp8gemm::rocm {
@@ -41,37 +42,52 @@ struct GemmArgs {
   float scale_factor;  // 1, or 4 for e4m3fn inputs converted by the pack pass (fp8_numerics.h)
   int32_t m, n, k_limit;
   int32_t k_blocks;        // ceil(K / 128)
-  int32_t kb_per_split;    // K blocks handled by one blockIdx.z
   int32_t tiles_m, tiles_n;
-  // split_k == 1: bf16 result straight to out.
   uint16_t* out;
   int64_t out_stride_m, out_stride_n;
-  // split_k > 1: fp32 partial sums, partial[z * partial_split_stride + m * partial_ld + n].
-  float* partial;
-  int64_t partial_ld, partial_split_stride;
-  int32_t split_k;
+  // Work decomposition. workgroups == 0: one workgroup per tile over all K blocks (grid = tiles).
+  // Else grid = workgroups = W: workgroup v first takes its run of the stream-K tiles (the last
+  // sk_tiles tiles: their tile-major (tile, K block) iterations are dealt in equal runs,
+  // stream_begin below, to workgroups 0..sk_workgroups-1), then whole tiles v, v + W, ... of the
+  // others. A stream-K tile covered by several workgroups: each writes its fp32 sums to partial
+  // slot (stream-K tile + workgroup) and takes a ticket from tile_counters[stream-K tile] (zeroed by
+  // the plan's zero pass); the last of them adds the others' slots and stores bf16.
+  int32_t workgroups;
+  int32_t sk_tiles, sk_workgroups;
+  uint32_t* tile_counters;  // one per stream-K tile (only when some tile is shared)
+  float* partial;           // slots of block_m * block_n floats in the lane order of the accumulators
   // 1: the operand is read in place MN-major (rows contiguous; lda / ldb is then the byte stride
   // between consecutive k) and transposed in registers on the way to LDS.
   int32_t a_mn_major, b_mn_major;
   int32_t k;  // logical K (MN-major operands mask k rows >= k)
-  // 1: split_k == 1, out row-contiguous, 16-byte aligned rows and n % 8 == 0: the epilogue writes
-  // four bf16 columns per 8-byte store.
+  // 1: out row-contiguous, 16-byte aligned rows and n % 8 == 0: the epilogue writes four bf16
+  // columns per 8-byte store.
   int32_t out_vector_ok;
 };
 
-// Reduction pass (only with split-K): out = bf16_rne(sum over splits of the partials).
-struct ReduceArgs {
-  const float* partial;
-  int64_t partial_ld, partial_split_stride;
-  int32_t splits;
-  int32_t m, n;
-  uint16_t* out;
-  int64_t out_stride_m, out_stride_n;
+// Stream-K runs, shared by the kernel and the host plan: workgroup v of W (after the XCD remapping
+// of gemm_rocm_kernels.h) covers iterations [stream_begin(v), stream_begin(v + 1)) of `iters`
+// tile-major (tile, K block) iterations; every run is non-empty when W <= iters. stream_owner(x)
+// is the workgroup whose run holds iteration x. The plan keeps iters * W < 2^31, so the kernel
+// does this in 32-bit unsigned arithmetic.
+template <class I>
+constexpr I stream_begin(I v, I iters, I wgs) {
+  return v * iters / wgs;
+}
+template <class I>
+constexpr I stream_owner(I x, I iters, I wgs) {
+  return ((x + 1) * wgs - 1) / iters;
+}
+constexpr int64_t kMaxStreamProduct = (int64_t{1} << 31) - 1;  // iters * W of the stream-K runs
+
+// Zero pass: `bytes` zero bytes at `dst` (hipMemsetAsync), before the GEMM pass that uses them.
+struct ZeroArgs {
+  void* dst;
+  size_t bytes;
 };
 
 constexpr int kPackTile = 128;      // pack pass: 128 rows x 128 k per workgroup
 constexpr int kPackThreads = 256;
 constexpr int kPackLdsBytes = kPackTile * kPackTile;
-constexpr int kReduceThreads = 256;  // each thread: 4 consecutive columns of one row
 
 }  // namespace fp8gemm::rocm

@@ -85,37 +85,46 @@ constexpr bool kernel_table_consistent() {
 }
 static_assert(kernel_table_consistent(), "kGemmKernels is inconsistent");
 
+// How the tiles x K blocks of a call are dealt to workgroups (GemmArgs in gemm_rocm_args.h).
+// workgroups == 0: one workgroup per output tile, over all of K. Else W = workgroups workgroups:
+// the tiles beyond the last whole wave of W (all tiles when there are at most W) are stream-K
+// tiles, whose tile x K block iterations are dealt in equal runs to the first sk_workgroups
+// workgroups (0: all W), which do them first; every workgroup then takes whole tiles v, v + W, ...
+// of the rest. A stream-K tile shared by several workgroups is finished in the kernel by the last
+// of them to arrive. W = tiles x s (sk_workgroups 0) is split-K by s.
 struct GemmConfig {
   GemmKernelId kernel;
-  int split_k;  // 1: the GEMM writes bf16 directly; >1: fp32 partials + a reduction pass
+  int32_t workgroups;
+  int32_t sk_workgroups;
 };
 
 // Tuned configurations for the 18 timed shapes of the AMD Developer Challenge 2025 fp8-mm task.
-// Each entry is the configuration with the lowest estimated bound in the ISA-derived cost model
-// (near ties: more resident waves per SIMD, fewer splits, fewer workgroups); gemm/tests/test_rocm_isa.py checks
+// Each entry {kernel, workgroups, sk_workgroups} is the configuration with the lowest estimated
+// bound in the ISA-derived cost model (near ties: more resident waves per SIMD, no shared tiles,
+// one workgroup per tile, fewer workgroups); gemm/tests/test_rocm_isa.py checks
 // that they still are, and `python gemm/tests/rocm_cost.py` prints the table of bounds
 // (gemm/docs/rocm_gfx942.md). Not measured on an MI300X.
 constexpr TunedShape<GemmConfig> kTunedShapes[] = {
     // M = 1024
-    {pack_shape(1024, 1536, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 3}},
-    {pack_shape(1024, 3072, 1536), {GemmKernelId::kT128x64_W2x1x2_M32, 1}},
-    {pack_shape(1024, 576, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 4}},
-    {pack_shape(1024, 7168, 256), {GemmKernelId::kT64x64_W2x2_M16, 1}},
-    {pack_shape(1024, 7168, 2048), {GemmKernelId::kT128x64_W2x1x2_M32, 1}},
-    {pack_shape(1024, 4608, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 1}},
-    {pack_shape(1024, 7168, 2304), {GemmKernelId::kT128x64_W2x1x2_M32, 1}},
-    {pack_shape(1024, 512, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 4}},
-    {pack_shape(1024, 4096, 512), {GemmKernelId::kT128x64_W2x1x2_M32, 1}},
+    {pack_shape(1024, 1536, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
+    {pack_shape(1024, 3072, 1536), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 240}},
+    {pack_shape(1024, 576, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 288, 0}},
+    {pack_shape(1024, 7168, 256), {GemmKernelId::kT64x64_W2x2_M16, 0, 0}},
+    {pack_shape(1024, 7168, 2048), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
+    {pack_shape(1024, 4608, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
+    {pack_shape(1024, 7168, 2304), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
+    {pack_shape(1024, 512, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 256, 0}},
+    {pack_shape(1024, 4096, 512), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
     // M = 6144
-    {pack_shape(6144, 1536, 7168), {GemmKernelId::kT256x128_W4x2_M32, 1}},
-    {pack_shape(6144, 3072, 1536), {GemmKernelId::kT256x128_W4x2_M32, 1}},
-    {pack_shape(6144, 576, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 2}},
-    {pack_shape(6144, 7168, 256), {GemmKernelId::kT64x64_W2x2_M16, 1}},
-    {pack_shape(6144, 7168, 2048), {GemmKernelId::kT128x128_W2x2_M32, 1}},
-    {pack_shape(6144, 4608, 7168), {GemmKernelId::kT256x128_W4x2_M32, 1}},
-    {pack_shape(6144, 7168, 2304), {GemmKernelId::kT128x128_W2x2_M32, 1}},
-    {pack_shape(6144, 512, 7168), {GemmKernelId::kT256x128_W4x2_M32, 3}},
-    {pack_shape(6144, 4096, 512), {GemmKernelId::kT128x64_W2x1x2_M32, 1}},
+    {pack_shape(6144, 1536, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
+    {pack_shape(6144, 3072, 1536), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
+    {pack_shape(6144, 576, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
+    {pack_shape(6144, 7168, 256), {GemmKernelId::kT64x64_W2x2_M16, 0, 0}},
+    {pack_shape(6144, 7168, 2048), {GemmKernelId::kT128x128_W2x2_M32, 0, 0}},
+    {pack_shape(6144, 4608, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 608, 0}},
+    {pack_shape(6144, 7168, 2304), {GemmKernelId::kT128x128_W2x2_M32, 0, 0}},
+    {pack_shape(6144, 512, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
+    {pack_shape(6144, 4096, 512), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
 };
 static_assert(tuned_keys_unique(kTunedShapes), "two tuned entries share a shape key");
 
@@ -128,8 +137,8 @@ constexpr int64_t tile_count(const GemmKernelShape& s, int64_t m, int64_t n) {
 constexpr int kMaxSplitK = 8;
 
 // The generic path: any M, N, K >= 1. Picks the largest tile that still gives the machine a
-// reasonable number of workgroups, then splits K when the tiles alone cannot fill the CUs and K
-// is long enough that each split keeps >= 4 K blocks.
+// reasonable number of workgroups, then splits K (tiles x split workgroups) when the tiles alone
+// cannot fill the CUs and K is long enough that each split keeps >= 4 K blocks.
 constexpr GemmConfig generic_config(int64_t m, int64_t n, int64_t k) {
   GemmKernelId id = GemmKernelId::kT64x64_W2x2_M16;
   if (m > 64 && n > 64) {
@@ -149,7 +158,7 @@ constexpr GemmConfig generic_config(int64_t m, int64_t n, int64_t k) {
     if (split > kMaxSplitK) split = kMaxSplitK;
     if (split < 1) split = 1;
   }
-  return GemmConfig{id, static_cast<int>(split)};
+  return GemmConfig{id, split > 1 ? static_cast<int32_t>(tiles * split) : 0, 0};
 }
 
 // The tuned entry for a benchmark shape, else the generic choice. Never fails.

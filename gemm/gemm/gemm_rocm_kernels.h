@@ -26,7 +26,11 @@
 //   * with waves_k > 1, that many waves share each output sub-tile, each multiplying its own slice of
 //     every K block (bigger wave tiles: fewer LDS bytes per MFMA); their accumulators are summed
 //     through LDS before the epilogue;
-//   * split-K over blockIdx.z writes fp32 partials reduced by reduce_body.
+//   * work decomposition: one workgroup per output tile, or stream-K (GemmArgs::workgroups): each
+//     workgroup takes an equal contiguous run of the (tile, K block) iterations; a tile shared by
+//     several workgroups is finished in the kernel by the last of them to arrive (an atomic ticket
+//     per tile), which sums the others' fp32 partial slots in a fixed order and writes bf16. No
+//     separate reduction pass; the tickets are zeroed by the plan's zero pass (a memset).
 #pragma once
 
 #include <cstdint>
@@ -88,18 +92,23 @@ struct MfmaTraits<16> {
 FP8GEMM_DEVICE uint64_t lo64(const arch::u32x4& v) { return uint64_t{v[0]} | (uint64_t{v[1]} << 32); }
 FP8GEMM_DEVICE uint64_t hi64(const arch::u32x4& v) { return uint64_t{v[2]} | (uint64_t{v[3]} << 32); }
 
-// Workgroup -> (tile_m, tile_n). Consecutive workgroup ids are dealt round-robin to the 8 XCDs
-// of an MI300X; remap so each XCD gets a contiguous range of tiles (shared L2), then walk that
-// range in groups of 4 tile rows so neighbours share A rows and B columns.
-FP8GEMM_DEVICE void tile_coords(int wg, int tiles_m, int tiles_n, int& tm, int& tn) {
-  constexpr int kXcds = 8, kGroupM = 4;
-  const int tiles = tiles_m * tiles_n;
-  if (tiles % kXcds == 0) wg = (wg % kXcds) * (tiles / kXcds) + wg / kXcds;
+// Workgroup id -> virtual id. Consecutive workgroup ids are dealt round-robin to the 8 XCDs of an
+// MI300X; remap so each XCD gets a contiguous range of virtual ids (tiles, or stream-K runs of
+// neighbouring tiles), which share its L2.
+FP8GEMM_DEVICE int xcd_remap(int wg, int count) {
+  constexpr int kXcds = 8;
+  return count % kXcds == 0 ? (wg % kXcds) * (count / kXcds) + wg / kXcds : wg;
+}
+
+// Tile index -> (tile_m, tile_n), walked in groups of 4 tile rows so neighbours share A rows and
+// B columns.
+FP8GEMM_DEVICE void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+  constexpr int kGroupM = 4;
   const int per_group = kGroupM * tiles_n;
-  const int group = wg / per_group;
+  const int group = t / per_group;
   const int first_m = group * kGroupM;
   const int group_rows = (tiles_m - first_m) < kGroupM ? (tiles_m - first_m) : kGroupM;
-  const int in_group = wg - group * per_group;
+  const int in_group = t - group * per_group;
   tm = first_m + in_group % group_rows;
   tn = in_group / group_rows;
 }
@@ -240,187 +249,15 @@ FP8GEMM_DEVICE arch::u32x2 pack_bf16x4(float a, float b, float c, float d) {
   return v;
 }
 
-template <class Cfg, bool kMn>
-FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
-  using Traits = MfmaTraits<Cfg::kMfma>;
-  using Acc = typename Traits::Acc;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads, kMfma = Cfg::kMfma;
-  constexpr int kRow = kBlockK;                        // LDS bytes per tile row (swizzled, no pad)
-  constexpr int kSubM = Cfg::kWaveTileM / kMfma;       // MFMA tiles per wave along M
-  constexpr int kSubN = Cfg::kWaveTileN / kMfma;
-  constexpr int kLaneGroups = 64 / kMfma;              // lanes sharing a row, each with its own K range
-  constexpr int kLaneK = Cfg::kWaveK / kLaneGroups;    // contiguous K bytes per lane per K block
-  constexpr int kReads = kLaneK / 16;                  // ds_read_b128 per fragment row per K block
-  constexpr int kItems = Traits::kItems;
-  constexpr int kQuads = kItems / 4;                   // groups of 4 consecutive output columns
-
-  uint8_t* const lds = arch::lds_base();
-  uint8_t* const lds_a = lds;
-  uint8_t* const lds_b = lds + kBM * kRow;
-
-  const int tid = arch::thread_id();
-  const int lane = arch::lane_id();
-  const int wave = arch::wave_id();
-
-  int tile_m, tile_n;
-  tile_coords(arch::block_id_x(), g.tiles_m, g.tiles_n, tile_m, tile_n);
-  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
-  const int split = arch::block_id_z();
-  const int kb_begin = split * g.kb_per_split;
-  const int kb_end = (kb_begin + g.kb_per_split) < g.k_blocks ? (kb_begin + g.kb_per_split) : g.k_blocks;
-
-  // ---- global -> register staging of the A and B tiles ----------------------------------------
-  TileStager<kBM, kThreads, kMn> stage_a;
-  TileStager<kBN, kThreads, kMn> stage_b;
-  stage_a.init(g.a, g.lda, m0, g.m, kMn ? g.k : g.k_limit, tid);
-  stage_b.init(g.b, g.ldb, n0, g.n, kMn ? g.k : g.k_limit, tid);
-
-  // The accumulator column of this lane in every MFMA tile is output row m_lane + i * kMfma.
-  constexpr int kTileWaves = Cfg::kWavesM * Cfg::kWavesN;  // waves with distinct output sub-tiles
-  const int wave_k = wave / kTileWaves, wave_mn = wave % kTileWaves;
-  const int wave_m = wave_mn / Cfg::kWavesN, wave_n = wave_mn % Cfg::kWavesN;
-  const int m_lane = m0 + wave_m * Cfg::kWaveTileM + lane % kMfma;
-  // a_scale of those rows (rows past M read row M - 1's: their outputs are never stored).
-  const float* a_scale_src[kSubM];
-#pragma unroll
-  for (int i = 0; i < kSubM; ++i) {
-    const int r = m_lane + i * kMfma < g.m ? m_lane + i * kMfma : g.m - 1;
-    a_scale_src[i] = g.a_scale + static_cast<int64_t>(r) * g.a_scale_stride_m;
-  }
-  const float* const b_scale_col = g.b_scale + static_cast<int64_t>(n0 / 128) * g.b_scale_stride_nb;
-  float a_scale_stage[kSubM], b_scale_stage;
-
-  auto load_stage = [&](int kb) {
-    stage_a.load(kb);
-    stage_b.load(kb);
-#pragma unroll
-    for (int i = 0; i < kSubM; ++i)
-      a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb) * g.a_scale_stride_kb);
-    b_scale_stage = arch::scalar_load_f32(
-        arch::make_buffer(b_scale_col + static_cast<int64_t>(kb) * g.b_scale_stride_kb, sizeof(float)), 0);
-  };
-
-  // ---- this lane's MFMA fragment rows --------------------------------------------------------
-  const int frag_row = lane % kMfma;  // A row / B column inside one MFMA tile
-  // First 16-byte K chunk of this lane: its wave's K share, then its lane group's part of it.
-  const int frag_chunk = wave_k * (Cfg::kWaveK / 16) + (lane / kMfma) * (kLaneK / 16);
-  // Tile origins and MFMA strides are multiples of 8 rows, so every fragment row has the swizzle
-  // key frag_row % 8.
-  const int swizzle = frag_row % 8;
-  const int a_frag_base = (wave_m * Cfg::kWaveTileM + frag_row) * kRow;
-  const int b_frag_base = (wave_n * Cfg::kWaveTileN + frag_row) * kRow;
-  static_assert(Cfg::kWaveTileM % 8 == 0 && Cfg::kWaveTileN % 8 == 0 && kMfma % 8 == 0, "swizzle key");
-
-  Acc acc[kSubM][kSubN];
-#pragma unroll
-  for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-    for (int j = 0; j < kSubN; ++j)
-#pragma unroll
-      for (int r = 0; r < kItems; ++r) acc[i][j][r] = 0.0f;
-
-  load_stage(kb_begin);
-  if constexpr (kMn)
-    FP8GEMM_ISA_NOTE("main loop mn-major");
-  else
-    FP8GEMM_ISA_NOTE("main loop k-major");
-  for (int kb = kb_begin; kb < kb_end; ++kb) {
-    stage_a.store(lds_a);
-    stage_b.store(lds_b);
-    const float b_scale_now = b_scale_stage * g.scale_factor;
-    float scale[kSubM];
-#pragma unroll
-    for (int i = 0; i < kSubM; ++i) scale[i] = a_scale_stage[i] * b_scale_now;
-    arch::barrier();
-
-    if (kb + 1 < kb_end) load_stage(kb + 1);  // in flight while the MFMAs below run
-
-    Acc part[kSubM][kSubN];
-#pragma unroll
-    for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-      for (int j = 0; j < kSubN; ++j)
-#pragma unroll
-        for (int r = 0; r < kItems; ++r) part[i][j][r] = 0.0f;
-
-#pragma unroll
-    for (int s = 0; s < kReads; ++s) {
-      arch::u32x4 af[kSubM], bf[kSubN];
-      const int chunk_off = ((frag_chunk + s) ^ swizzle) * 16;
-#pragma unroll
-      for (int i = 0; i < kSubM; ++i) {
-        af[i] = arch::lds_load(reinterpret_cast<const arch::u32x4*>(lds_a + a_frag_base + i * kMfma * kRow + chunk_off));
-        arch::keep(af[i]);
-      }
-#pragma unroll
-      for (int j = 0; j < kSubN; ++j) {
-        bf[j] = arch::lds_load(reinterpret_cast<const arch::u32x4*>(lds_b + b_frag_base + j * kMfma * kRow + chunk_off));
-        arch::keep(bf[j]);
-      }
-      // The 16 bytes give two MFMA K steps; A and B use the same K order, so the dot product is the
-      // same whichever 8 K values an MFMA step takes. B's fragment is the instruction's A operand:
-      // the result is the transposed tile (accumulator row = output column).
-#pragma unroll
-      for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-        for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(lo64(bf[j]), lo64(af[i]), part[i][j]);
-#pragma unroll
-      for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-        for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(hi64(bf[j]), hi64(af[i]), part[i][j]);
-    }
-
-    // One scale multiply-add per output per K block: every item of sub-tile row i is output row
-    // m_lane + i * kMfma, so one scale per i.
-#pragma unroll
-    for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-      for (int j = 0; j < kSubN; ++j) acc[i][j] += part[i][j] * scale[i];  // vector op: packed fp32 FMAs
-    arch::barrier();  // every wave is done with this K block's LDS before it is overwritten
-  }
-
-  // ---- epilogue ------------------------------------------------------------------------------
-  if constexpr (Cfg::kWavesK > 1) {
-    // Sum the K shares: waves with wave_k > 0 park their accumulators in LDS (lane-major 16-byte
-    // slots, conflict-free), the wave_k == 0 wave of the same sub-tile adds them up and stores. The
-    // K loop ended with a barrier, so the tile LDS is free.
-    constexpr int kSlots = kSubM * kSubN * kItems / 4;  // f32x4 per lane
-    constexpr int kRegion = kSlots * 64 * 16;           // bytes per parked wave
-    static_assert((Cfg::kWavesK - 1) * kTileWaves * kRegion <= Cfg::kLdsBytes, "reduction fits the LDS");
-    if (wave_k > 0) {
-      uint8_t* const region = lds + ((wave_k - 1) * kTileWaves + wave_mn) * kRegion + lane * 16;
-#pragma unroll
-      for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-        for (int j = 0; j < kSubN; ++j)
-#pragma unroll
-          for (int q = 0; q < kItems / 4; ++q) {
-            const arch::f32x4 v = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
-            arch::lds_store(reinterpret_cast<arch::f32x4*>(region + ((i * kSubN + j) * (kItems / 4) + q) * 64 * 16), v);
-          }
-    }
-    arch::barrier();
-    if (wave_k > 0) return;
-#pragma unroll
-    for (int w = 1; w < Cfg::kWavesK; ++w) {
-      const uint8_t* const region = lds + ((w - 1) * kTileWaves + wave_mn) * kRegion + lane * 16;
-#pragma unroll
-      for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-        for (int j = 0; j < kSubN; ++j)
-#pragma unroll
-          for (int q = 0; q < kItems / 4; ++q) {
-            const arch::f32x4 v =
-                arch::lds_load(reinterpret_cast<const arch::f32x4*>(region + ((i * kSubN + j) * (kItems / 4) + q) * 64 * 16));
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][4 * q + e] += v[e];
-          }
-    }
-  }
-  // Accumulator item r of MFMA tile (i, j) is output (m_lane + i * kMfma, n_lane(j, r)), where for
-  // 32x32 tiles n = 8 (r / 4) + 4 (lane / 32) + r % 4 and for 16x16 tiles n = 4 (lane / 16) + r
-  // (the MFMA result layout, transposed): items 4q..4q+3 are four consecutive columns.
-  const int n_wave = n0 + wave_n * Cfg::kWaveTileN + 4 * (lane / kMfma);
+// Writes the tile's sums (wave_k == 0 waves) as bf16: accumulator item r of MFMA tile (i, j) is
+// output (m_lane + i * kMfma, n_lane(j, r)), where for 32x32 tiles n = 8 (r / 4) + 4 (lane / 32) +
+// r % 4 and for 16x16 tiles n = 4 (lane / 16) + r (the MFMA result layout, transposed): items
+// 4q..4q+3 are four consecutive columns.
+template <class Cfg, class Acc, int kSubM, int kSubN>
+FP8GEMM_DEVICE void store_tile(const GemmArgs& g, const Acc (&acc)[kSubM][kSubN], int m_lane, int n_wave) {
+  constexpr int kMfma = Cfg::kMfma;
+  constexpr int kItems = MfmaTraits<kMfma>::kItems;
+  constexpr int kQuads = kItems / 4;
   auto n_of = [&](int j, int q) { return n_wave + j * kMfma + 8 * q; };
   if (g.out_vector_ok) {
     // Row-contiguous, 8-byte aligned bf16 rows with n % 8 == 0: four columns are all in or all out
@@ -443,27 +280,6 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
     }
     return;
   }
-  if (g.split_k > 1) {
-    // fp32 partials: rows of partial_ld (a multiple of 4) floats, so four columns starting below N
-    // stay inside the row (columns past N are never read back).
-    float* const part_base = g.partial + static_cast<int64_t>(split) * g.partial_split_stride;
-#pragma unroll
-    for (int i = 0; i < kSubM; ++i) {
-      const int m = m_lane + i * kMfma;
-      if (m >= g.m) continue;
-#pragma unroll
-      for (int j = 0; j < kSubN; ++j)
-#pragma unroll
-        for (int q = 0; q < kQuads; ++q) {
-          const int n = n_of(j, q);
-          if (n < g.n) {
-            const arch::f32x4 v = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
-            arch::global_store(reinterpret_cast<arch::f32x4*>(part_base + static_cast<int64_t>(m) * g.partial_ld + n), v);
-          }
-        }
-    }
-    return;
-  }
   // Any other output: one bf16 per element, arbitrary strides.
 #pragma unroll
   for (int i = 0; i < kSubM; ++i) {
@@ -478,6 +294,288 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
           arch::global_store(g.out + static_cast<int64_t>(m) * g.out_stride_m + static_cast<int64_t>(n) * g.out_stride_n,
                              f32_to_bf16_rne(acc[i][j][r]));
       }
+  }
+}
+
+template <class Cfg, bool kMn>
+FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
+  using Traits = MfmaTraits<Cfg::kMfma>;
+  using Acc = typename Traits::Acc;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads, kMfma = Cfg::kMfma;
+  constexpr int kRow = kBlockK;                        // LDS bytes per tile row (swizzled, no pad)
+  constexpr int kSubM = Cfg::kWaveTileM / kMfma;       // MFMA tiles per wave along M
+  constexpr int kSubN = Cfg::kWaveTileN / kMfma;
+  constexpr int kLaneGroups = 64 / kMfma;              // lanes sharing a row, each with its own K range
+  constexpr int kLaneK = Cfg::kWaveK / kLaneGroups;    // contiguous K bytes per lane per K block
+  constexpr int kReads = kLaneK / 16;                  // ds_read_b128 per fragment row per K block
+  constexpr int kItems = Traits::kItems;
+  constexpr int kQuads = kItems / 4;                   // groups of 4 consecutive output columns
+  constexpr int kTileWaves = Cfg::kWavesM * Cfg::kWavesN;  // waves with distinct output sub-tiles
+  // A partial slot holds the tile's sums in the lane order of the wave_k == 0 waves' accumulators:
+  // f32x4 number ((wave_mn * kSubM + i) * kSubN + j) * kQuads + q of every lane, lane-major, so each
+  // store and load of a wave is 1 KiB of consecutive bytes.
+  constexpr int kWaveSlotFloats = kSubM * kSubN * kQuads * 64 * 4;
+  static_assert(kTileWaves * kWaveSlotFloats == kBM * kBN, "a slot is one tile of fp32");
+
+  uint8_t* const lds = arch::lds_base();
+  uint8_t* const lds_a = lds;
+  uint8_t* const lds_b = lds + kBM * kRow;
+
+  const int tid = arch::thread_id();
+  const int lane = arch::lane_id();
+  const int wave = arch::wave_id();
+  const int wave_k = wave / kTileWaves, wave_mn = wave % kTileWaves;
+  const int wave_m = wave_mn / Cfg::kWavesN, wave_n = wave_mn % Cfg::kWavesN;
+
+  // This workgroup's work: first its run of the stream-K tiles (the last sk_tiles tiles, whose
+  // tile-major (tile, K block) iterations are dealt in equal runs to workgroups 0..sk_workgroups-1:
+  // from K block kb_first of stream-K tile sk_first to K block kb_last (exclusive) of sk_last),
+  // then whole tiles v, v + W, v + 2W, ... of the others. One workgroup per tile: just tile v.
+  const int kbs = g.k_blocks;
+  const int tiles = g.tiles_m * g.tiles_n;
+  const int wgs = g.workgroups > 0 ? g.workgroups : tiles;
+  const int v = xcd_remap(arch::block_id_x(), wgs);
+  const int dp_tiles = tiles - g.sk_tiles;
+  // In 32 bits: the plan keeps sk_tiles * k_blocks * sk_workgroups < 2^31.
+  const uint32_t sk_iters = static_cast<uint32_t>(g.sk_tiles) * static_cast<uint32_t>(kbs);
+  int sk_first = 0, sk_last = -1, kb_first = 0, kb_last = 0;
+  if (v < g.sk_workgroups) {
+    const uint32_t b = stream_begin<uint32_t>(v, sk_iters, g.sk_workgroups);
+    const uint32_t e = stream_begin<uint32_t>(v + 1, sk_iters, g.sk_workgroups);
+    sk_first = static_cast<int>(b / kbs);
+    sk_last = static_cast<int>((e - 1) / kbs);
+    kb_first = static_cast<int>(b) - sk_first * kbs;
+    kb_last = static_cast<int>(e) - sk_last * kbs;
+  }
+  const int n_sk = sk_last - sk_first + 1;
+  const int n_dp = v < dp_tiles ? (dp_tiles - v + wgs - 1) / wgs : 0;
+
+  // ---- this lane's MFMA fragment rows --------------------------------------------------------
+  const int frag_row = lane % kMfma;  // A row / B column inside one MFMA tile
+  // First 16-byte K chunk of this lane: its wave's K share, then its lane group's part of it.
+  const int frag_chunk = wave_k * (Cfg::kWaveK / 16) + (lane / kMfma) * (kLaneK / 16);
+  // Tile origins and MFMA strides are multiples of 8 rows, so every fragment row has the swizzle
+  // key frag_row % 8.
+  const int swizzle = frag_row % 8;
+  const int a_frag_base = (wave_m * Cfg::kWaveTileM + frag_row) * kRow;
+  const int b_frag_base = (wave_n * Cfg::kWaveTileN + frag_row) * kRow;
+  static_assert(Cfg::kWaveTileM % 8 == 0 && Cfg::kWaveTileN % 8 == 0 && kMfma % 8 == 0, "swizzle key");
+
+  // Stream-K tiles first, and of those the first and the last of the run (the only ones it can
+  // share) first: the hand-off of a shared tile then happens while its workgroups still have other
+  // tiles to work on, wherever they have any.
+  const int n_tiles = n_sk + n_dp;
+  for (int seg = 0; seg < n_tiles; ++seg) {
+    // The kernel argument again, so that its fields are not held in registers across the K loop.
+    const GemmArgs gs = arch::kernel_arg<GemmArgs>();
+    int tile = v + (seg - n_sk) * wgs, sk = -1, kb_begin = 0, kb_end = kbs;
+    if (seg < n_sk) {
+      sk = seg == 0 ? sk_first : seg == 1 ? sk_last : sk_first + seg - 1;
+      tile = dp_tiles + sk;
+      kb_begin = sk == sk_first ? kb_first : 0;
+      kb_end = sk == sk_last ? kb_last : kbs;
+    }
+    int tile_m, tile_n;
+    tile_coords(tile, gs.tiles_m, gs.tiles_n, tile_m, tile_n);
+    const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+
+    // ---- global -> register staging of the A and B tiles --------------------------------------
+    TileStager<kBM, kThreads, kMn> stage_a;
+    TileStager<kBN, kThreads, kMn> stage_b;
+    stage_a.init(gs.a, gs.lda, m0, gs.m, kMn ? gs.k : gs.k_limit, tid);
+    stage_b.init(gs.b, gs.ldb, n0, gs.n, kMn ? gs.k : gs.k_limit, tid);
+
+    // The accumulator column of this lane in every MFMA tile is output row m_lane + i * kMfma.
+    const int m_lane = m0 + wave_m * Cfg::kWaveTileM + lane % kMfma;
+    // a_scale of those rows (rows past M read row M - 1's: their outputs are never stored).
+    const float* a_scale_src[kSubM];
+#pragma unroll
+    for (int i = 0; i < kSubM; ++i) {
+      const int r = m_lane + i * kMfma < gs.m ? m_lane + i * kMfma : gs.m - 1;
+      a_scale_src[i] = gs.a_scale + static_cast<int64_t>(r) * gs.a_scale_stride_m;
+    }
+    const float* const b_scale_col = gs.b_scale + static_cast<int64_t>(n0 / 128) * gs.b_scale_stride_nb;
+    float a_scale_stage[kSubM], b_scale_stage;
+
+    auto load_stage = [&](int kb) {
+      stage_a.load(kb);
+      stage_b.load(kb);
+#pragma unroll
+      for (int i = 0; i < kSubM; ++i)
+        a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb) * gs.a_scale_stride_kb);
+      b_scale_stage = arch::scalar_load_f32(
+          arch::make_buffer(b_scale_col + static_cast<int64_t>(kb) * gs.b_scale_stride_kb, sizeof(float)), 0);
+    };
+
+    Acc acc[kSubM][kSubN];
+#pragma unroll
+    for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+      for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+        for (int r = 0; r < kItems; ++r) acc[i][j][r] = 0.0f;
+
+    load_stage(kb_begin);
+    if constexpr (kMn)
+      FP8GEMM_ISA_NOTE("main loop mn-major");
+    else
+      FP8GEMM_ISA_NOTE("main loop k-major");
+    for (int kb = kb_begin; kb < kb_end; ++kb) {
+      stage_a.store(lds_a);
+      stage_b.store(lds_b);
+      const float b_scale_now = b_scale_stage * gs.scale_factor;
+      float scale[kSubM];
+#pragma unroll
+      for (int i = 0; i < kSubM; ++i) scale[i] = a_scale_stage[i] * b_scale_now;
+      arch::barrier();
+
+      if (kb + 1 < kb_end) load_stage(kb + 1);  // in flight while the MFMAs below run
+
+      Acc part[kSubM][kSubN];
+#pragma unroll
+      for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+        for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+          for (int r = 0; r < kItems; ++r) part[i][j][r] = 0.0f;
+
+#pragma unroll
+      for (int s = 0; s < kReads; ++s) {
+        arch::u32x4 af[kSubM], bf[kSubN];
+        const int chunk_off = ((frag_chunk + s) ^ swizzle) * 16;
+#pragma unroll
+        for (int i = 0; i < kSubM; ++i) {
+          af[i] = arch::lds_load(reinterpret_cast<const arch::u32x4*>(lds_a + a_frag_base + i * kMfma * kRow + chunk_off));
+          arch::keep(af[i]);
+        }
+#pragma unroll
+        for (int j = 0; j < kSubN; ++j) {
+          bf[j] = arch::lds_load(reinterpret_cast<const arch::u32x4*>(lds_b + b_frag_base + j * kMfma * kRow + chunk_off));
+          arch::keep(bf[j]);
+        }
+        // The 16 bytes give two MFMA K steps; A and B use the same K order, so the dot product is the
+        // same whichever 8 K values an MFMA step takes. B's fragment is the instruction's A operand:
+        // the result is the transposed tile (accumulator row = output column).
+#pragma unroll
+        for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+          for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(lo64(bf[j]), lo64(af[i]), part[i][j]);
+#pragma unroll
+        for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+          for (int j = 0; j < kSubN; ++j) part[i][j] = Traits::mfma(hi64(bf[j]), hi64(af[i]), part[i][j]);
+      }
+
+      // One scale multiply-add per output per K block: every item of sub-tile row i is output row
+      // m_lane + i * kMfma, so one scale per i.
+#pragma unroll
+      for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+        for (int j = 0; j < kSubN; ++j) acc[i][j] += part[i][j] * scale[i];  // vector op: packed fp32 FMAs
+      arch::barrier();  // every wave is done with this K block's LDS before it is overwritten
+    }
+
+    // ---- epilogue ----------------------------------------------------------------------------
+    const GemmArgs ge = arch::kernel_arg<GemmArgs>();
+    if constexpr (Cfg::kWavesK > 1) {
+      // Sum the K shares: waves with wave_k > 0 park their accumulators in LDS (lane-major 16-byte
+      // slots, conflict-free), the wave_k == 0 wave of the same sub-tile adds them up. The K loop
+      // ended with a barrier, so the tile LDS is free.
+      constexpr int kSlots = kSubM * kSubN * kItems / 4;  // f32x4 per lane
+      constexpr int kRegion = kSlots * 64 * 16;           // bytes per parked wave
+      static_assert((Cfg::kWavesK - 1) * kTileWaves * kRegion <= Cfg::kLdsBytes, "reduction fits the LDS");
+      if (wave_k > 0) {
+        uint8_t* const region = lds + ((wave_k - 1) * kTileWaves + wave_mn) * kRegion + lane * 16;
+#pragma unroll
+        for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+          for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+            for (int q = 0; q < kItems / 4; ++q) {
+              const arch::f32x4 x = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
+              arch::lds_store(reinterpret_cast<arch::f32x4*>(region + ((i * kSubN + j) * (kItems / 4) + q) * 64 * 16), x);
+            }
+      }
+      arch::barrier();
+      if (wave_k == 0) {
+#pragma unroll
+        for (int w = 1; w < Cfg::kWavesK; ++w) {
+          const uint8_t* const region = lds + ((w - 1) * kTileWaves + wave_mn) * kRegion + lane * 16;
+#pragma unroll
+          for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+            for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+              for (int q = 0; q < kItems / 4; ++q) {
+                const arch::f32x4 x = arch::lds_load(
+                    reinterpret_cast<const arch::f32x4*>(region + ((i * kSubN + j) * (kItems / 4) + q) * 64 * 16));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][4 * q + e] += x[e];
+              }
+        }
+      }
+    }
+    // From here the wave_k == 0 waves hold the sums of this workgroup's K blocks of the tile.
+    bool finish = kb_begin == 0 && kb_end == kbs;  // the whole tile is this workgroup's
+    if (!finish) {
+      // Shared (stream-K) tile: workgroups c_lo..c_hi cover its K blocks. Each parks its sums in a
+      // partial slot and takes a ticket; the last one adds the others' slots to its own sums in
+      // workgroup order (the same additions whichever arrives last) and stores the bf16 tile.
+      const uint32_t sk_it0 = static_cast<uint32_t>(sk) * static_cast<uint32_t>(kbs);
+      const int c_lo = static_cast<int>(stream_owner<uint32_t>(sk_it0, sk_iters, ge.sk_workgroups));
+      const int c_hi = static_cast<int>(stream_owner<uint32_t>(sk_it0 + kbs - 1, sk_iters, ge.sk_workgroups));
+      // Slot sk + c: (tile, workgroup) pairs of the runs, in iteration order, never share it.
+      auto slot_of = [&](int c) {
+        return ge.partial + (static_cast<int64_t>(sk + c) * kTileWaves + wave_mn) * kWaveSlotFloats + lane * 4;
+      };
+      if (wave_k == 0) {
+        float* const mine = slot_of(v);
+#pragma unroll
+        for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+          for (int j = 0; j < kSubN; ++j)
+#pragma unroll
+            for (int q = 0; q < kQuads; ++q) {
+              const arch::f32x4 x = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
+              arch::global_store(reinterpret_cast<arch::f32x4*>(mine + ((i * kSubN + j) * kQuads + q) * 256), x);
+            }
+      }
+      arch::fence_release_agent();  // the slot is visible at agent scope before the ticket is taken
+      arch::barrier();
+      uint32_t* const ticket = reinterpret_cast<uint32_t*>(lds);
+      if (tid == 0) arch::lds_store(ticket, arch::atomic_add_agent(ge.tile_counters + sk, 1u));
+      arch::barrier();
+      finish = arch::lds_load(ticket) == static_cast<uint32_t>(c_hi - c_lo);
+      if (finish) {
+        arch::fence_acquire_agent();  // the other slots, released before their tickets
+        if (wave_k == 0) {
+          // Every contribution in workgroup order, its own from registers: the same additions
+          // whichever workgroup arrives last. One MFMA tile at a time (few live registers).
+#pragma unroll
+          for (int i = 0; i < kSubM; ++i)
+#pragma unroll
+            for (int j = 0; j < kSubN; ++j) {
+              Acc total;
+              for (int c = c_lo; c <= c_hi; ++c) {
+                const float* const src = slot_of(c) + (i * kSubN + j) * kQuads * 256;
+#pragma unroll
+                for (int q = 0; q < kQuads; ++q) {
+                  arch::f32x4 x;
+                  if (c == v)
+                    x = arch::f32x4{acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
+                  else
+                    x = arch::global_load(reinterpret_cast<const arch::f32x4*>(src + q * 256));
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) total[4 * q + e] = c == c_lo ? x[e] : total[4 * q + e] + x[e];
+                }
+              }
+              acc[i][j] = total;
+            }
+        }
+      }
+    }
+    if (finish && wave_k == 0) store_tile<Cfg>(ge, acc, m_lane, n0 + wave_n * Cfg::kWaveTileN + 4 * (lane / kMfma));
+    if (seg + 1 < n_tiles) arch::barrier();  // the K-share slots and the ticket in LDS are read before the next copy
   }
 }
 
@@ -565,28 +663,6 @@ FP8GEMM_DEVICE void pack_body(const PackArgs& p) {
     if (row < p.rows)
       arch::global_store(reinterpret_cast<arch::u32x4*>(p.dst + static_cast<int64_t>(row) * p.dst_ld + k_tile0 + cc * 16), v);
   }
-}
-
-// ---- split-K reduction: 4 consecutive columns of one row per thread --------------------------
-FP8GEMM_DEVICE void reduce_body(const ReduceArgs& r) {
-  const int64_t quads = (static_cast<int64_t>(r.n) + 3) / 4;
-  const int64_t idx = static_cast<int64_t>(arch::block_id_x()) * kReduceThreads + arch::thread_id();
-  if (idx >= quads * r.m) return;
-  const int row = static_cast<int>(idx / quads);
-  const int col0 = static_cast<int>(idx % quads) * 4;
-  const float* src = r.partial + static_cast<int64_t>(row) * r.partial_ld + col0;
-  arch::f32x4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (col0 + 4 <= r.n) {
-    for (int s = 0; s < r.splits; ++s)  // partial_ld % 4 == 0 and the workspace is 256-byte aligned
-      sum += arch::global_load(reinterpret_cast<const arch::f32x4*>(src + s * r.partial_split_stride));
-  } else {  // N tail: only the columns the GEMM wrote
-    for (int s = 0; s < r.splits; ++s)
-      for (int c = 0; col0 + c < r.n; ++c) sum[c] += arch::global_load(src + s * r.partial_split_stride + c);
-  }
-  uint16_t* dst = r.out + static_cast<int64_t>(row) * r.out_stride_m;
-#pragma unroll
-  for (int c = 0; c < 4; ++c)
-    if (col0 + c < r.n) arch::global_store(dst + static_cast<int64_t>(col0 + c) * r.out_stride_n, f32_to_bf16_rne(sum[c]));
 }
 
 }  // namespace fp8gemm::rocm

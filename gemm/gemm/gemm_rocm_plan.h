@@ -1,4 +1,5 @@
-// The gfx942 GEMM call as data: which passes run (pack a, pack b, GEMM, split-K reduction), with
+// The gfx942 GEMM call as data: which passes run (pack a, pack b, zeroing of the stream-K tile
+// counters, GEMM), with
 // their grids, workgroup sizes, LDS bytes and argument blocks, plus the workspace layout. Plain
 // host C++: the HIP launcher (gemm_launcher.hip) and the CPU SIMT emulator execute the same plan.
 #pragma once
@@ -14,7 +15,7 @@
 
 namespace fp8gemm::rocm {
 
-enum class PassKind : int32_t { kPack = 0, kGemm = 1, kReduce = 2 };
+enum class PassKind : int32_t { kPack = 0, kGemm = 1, kZero = 2 };
 
 struct Pass {
   PassKind kind;
@@ -24,7 +25,7 @@ struct Pass {
   uint32_t lds_bytes;        // dynamic LDS
   PackArgs pack;             // kPack
   GemmArgs gemm;             // kGemm
-  ReduceArgs reduce;         // kReduce
+  ZeroArgs zero;             // kZero (a memset: no grid, no kernel of ours)
 };
 
 enum class PlanStatus : int32_t {
@@ -37,7 +38,7 @@ enum class PlanStatus : int32_t {
 
 struct Plan {
   PlanStatus status = PlanStatus::kBadShape;
-  GemmConfig config{GemmKernelId::kT128x128_W2x2_M32, 1};
+  GemmConfig config{GemmKernelId::kT128x128_W2x2_M32, 0, 0};  // as executed (normalised by make_plan)
   bool tuned = false;       // config came from kTunedShapes
   bool pack_a = false, pack_b = false;            // operand goes through a pack pass
   bool a_mn_direct = false, b_mn_direct = false;  // operand read in place MN-major
@@ -144,19 +145,34 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   }
   const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
   // Grid limits: the GEMM's tile count is a 32-bit int in the kernel, the pack pass puts K tiles
-  // on grid y (at most 65535 on AMD), the reduction's thread count must fit grid x.
+  // on grid y (at most 65535 on AMD).
   const int64_t tile_total = ceil_div(p.m, ks.block_m) * ceil_div(p.n, ks.block_n);
-  if (tile_total > INT32_MAX || k_blocks > 65535 || ceil_div(ceil_div(p.n, 4) * p.m, kReduceThreads) > INT32_MAX) {
+  if (tile_total > INT32_MAX || k_blocks > 65535) {
     plan.status = PlanStatus::kBadShape;
     return plan;
   }
 
-  // Split-K: never more splits than K blocks, and no empty split.
-  int64_t split = plan.config.split_k < 1 ? 1 : plan.config.split_k;
-  if (split > k_blocks) split = k_blocks;
-  const int64_t kb_per_split = ceil_div(k_blocks, split);
-  split = ceil_div(k_blocks, kb_per_split);
-  plan.config.split_k = static_cast<int>(split);
+  // Work decomposition (GemmConfig): W workgroups; the tiles past the last whole wave of W are
+  // stream-K tiles, dealt in runs to sk_workgroups of them (at most one per iteration, and
+  // iterations x sk_workgroups within the kernel's 32-bit arithmetic); W = tiles, or no stream-K
+  // tile to share, needs nothing but the grid.
+  int64_t wgs = plan.config.workgroups < 0 ? 0 : plan.config.workgroups;
+  if (wgs > tile_total * k_blocks) wgs = tile_total * k_blocks;
+  int64_t sk_tiles = 0, sk_wgs = 0;
+  if (wgs > 0 && wgs != tile_total) {
+    sk_tiles = wgs < tile_total ? tile_total % wgs : tile_total;
+    sk_wgs = plan.config.sk_workgroups > 0 && plan.config.sk_workgroups < wgs ? plan.config.sk_workgroups : wgs;
+    if (sk_wgs > sk_tiles * k_blocks) sk_wgs = sk_tiles * k_blocks;
+    if (sk_tiles * k_blocks * sk_wgs > kMaxStreamProduct) sk_wgs = kMaxStreamProduct / (sk_tiles * k_blocks);
+    if (sk_tiles > 0 && sk_wgs < 1) wgs = sk_tiles = sk_wgs = 0;  // beyond 32 bits: one workgroup per tile
+  }
+  if (wgs == tile_total) wgs = 0;
+  if (sk_tiles == 0) sk_wgs = 0;
+  plan.config.workgroups = static_cast<int32_t>(wgs);
+  plan.config.sk_workgroups = static_cast<int32_t>(sk_wgs);
+  // shared: a stream-K tile is covered by more than one workgroup (counters, slots, zero pass).
+  bool shared = false;
+  for (int64_t v = 1; v < sk_wgs && !shared; ++v) shared = stream_begin(v, sk_tiles * k_blocks, sk_wgs) % k_blocks != 0;
 
   // Per operand: K-major in place, else MN-major in place, else a pack pass into the workspace.
   // e4m3fn operands always take the pack pass, which converts them (the GEMM reads e4m3fnuz only).
@@ -170,15 +186,19 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   plan.pack_a = !a_k_direct && !mn_direct;
   plan.pack_b = !b_k_direct && !mn_direct;
 
-  // Workspace: [packed a: m x k_pad][packed b: n x k_pad][fp32 partials: split x m x ld].
-  const int64_t partial_ld = (p.n + 3) / 4 * 4;
+  // Workspace: [packed a: m x k_pad][packed b: n x k_pad][tile counters][partial slots].
   size_t off = 0;
   const size_t a_off = off;
   if (plan.pack_a) off = align_up(off + static_cast<size_t>(p.m * k_pad), kWorkspaceAlign);
   const size_t b_off = off;
   if (plan.pack_b) off = align_up(off + static_cast<size_t>(p.n * k_pad), kWorkspaceAlign);
+  const size_t counters_off = off;
+  const size_t counters_bytes = shared ? static_cast<size_t>(sk_tiles) * sizeof(uint32_t) : 0;
+  off = align_up(off + counters_bytes, kWorkspaceAlign);
   const size_t partial_off = off;
-  if (split > 1) off = align_up(off + static_cast<size_t>(split * p.m * partial_ld) * sizeof(float), kWorkspaceAlign);
+  if (shared)  // slots sk + c < sk_tiles + sk_workgroups
+    off = align_up(off + static_cast<size_t>((sk_tiles + sk_wgs) * ks.block_m * ks.block_n) * sizeof(float),
+                   kWorkspaceAlign);
   plan.workspace_bytes = off;
   if (sizing_only) {
     plan.status = PlanStatus::kOk;
@@ -208,16 +228,24 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
   const Operand a = operand(p.a, p.m, p.a_stride_m, p.a_stride_k, plan.pack_a, plan.a_mn_direct, ws + a_off);
   const Operand b = operand(p.b, p.n, p.b_stride_n, p.b_stride_k, plan.pack_b, plan.b_mn_direct, ws + b_off);
 
+  if (shared) {
+    Pass zero{};
+    zero.kind = PassKind::kZero;
+    zero.zero = ZeroArgs{ws + counters_off, counters_bytes};
+    plan.passes[plan.num_passes++] = zero;
+  }
+
   Pass gemm{};
   gemm.kind = PassKind::kGemm;
   gemm.gemm_kernel = plan.config.kernel;
   const int64_t tiles_m = ceil_div(p.m, ks.block_m), tiles_n = ceil_div(p.n, ks.block_n);
-  gemm.grid[0] = static_cast<uint32_t>(tiles_m * tiles_n);
+  gemm.grid[0] = static_cast<uint32_t>(wgs > 0 ? wgs : tile_total);
   gemm.grid[1] = 1;
-  gemm.grid[2] = static_cast<uint32_t>(split);
+  gemm.grid[2] = 1;
   gemm.block_threads = static_cast<uint32_t>(ks.threads());
   gemm.lds_bytes = static_cast<uint32_t>(ks.lds_bytes());
-  float* partial = split > 1 ? reinterpret_cast<float*>(ws + partial_off) : nullptr;
+  uint32_t* counters = shared ? reinterpret_cast<uint32_t*>(ws + counters_off) : nullptr;
+  float* partial = shared ? reinterpret_cast<float*>(ws + partial_off) : nullptr;
   gemm.gemm = GemmArgs{a.data,
                        a.ld,
                        b.data,
@@ -233,38 +261,25 @@ inline Plan make_plan(const GemmProblem& p, void* workspace, size_t workspace_si
                        static_cast<int32_t>(p.n),
                        static_cast<int32_t>((p.k + 15) / 16 * 16),
                        static_cast<int32_t>(k_blocks),
-                       static_cast<int32_t>(kb_per_split),
                        static_cast<int32_t>(tiles_m),
                        static_cast<int32_t>(tiles_n),
                        p.out,
                        p.out_stride_m,
                        p.out_stride_n,
+                       static_cast<int32_t>(wgs),
+                       static_cast<int32_t>(sk_tiles),
+                       static_cast<int32_t>(sk_wgs),
+                       counters,
                        partial,
-                       partial_ld,
-                       p.m * partial_ld,
-                       static_cast<int32_t>(split),
                        plan.a_mn_direct ? 1 : 0,
                        plan.b_mn_direct ? 1 : 0,
                        static_cast<int32_t>(p.k),
-                       (split == 1 && p.out_stride_n == 1 && p.n % 8 == 0 && (p.m == 1 || p.out_stride_m % 8 == 0) &&
+                       (p.out_stride_n == 1 && p.n % 8 == 0 && (p.m == 1 || p.out_stride_m % 8 == 0) &&
                         detail::aligned(p.out, 16))
                            ? 1
                            : 0};
   plan.passes[plan.num_passes++] = gemm;
 
-  if (split > 1) {
-    Pass red{};
-    red.kind = PassKind::kReduce;
-    const int64_t threads = ceil_div(p.n, 4) * p.m;
-    red.grid[0] = static_cast<uint32_t>(ceil_div(threads, kReduceThreads));
-    red.grid[1] = red.grid[2] = 1;
-    red.block_threads = kReduceThreads;
-    red.lds_bytes = 0;
-    red.reduce = ReduceArgs{partial,          partial_ld, p.m * partial_ld,    static_cast<int32_t>(split),
-                            static_cast<int32_t>(p.m), static_cast<int32_t>(p.n), p.out, p.out_stride_m,
-                            p.out_stride_n};
-    plan.passes[plan.num_passes++] = red;
-  }
   plan.status = PlanStatus::kOk;
   return plan;
 }

@@ -13,6 +13,7 @@
 //   lds_base()                       the workgroup's dynamic LDS buffer (size fixed at launch)
 //   lds_load<T>(p), lds_store<T>(p, v)        T in {1, 2, 4, 8, 16}-byte PODs
 //   global_load<T>(p), global_store<T>(p, v)  same T set
+//   kernel_arg<T>()                  the kernel's argument (its only one), re-read at this point
 //   mfma_16x16x32_fp8(a, b, c) -> f32x4, mfma_32x32x16_fp8(a, b, c) -> f32x16
 //       wave-wide; a/b = the lane's 8 e4m3fnuz bytes (byte i = item i of AMD's lane layout)
 //   shfl(v, src_lane)                ds_bpermute semantics (read v from lane src_lane)
@@ -25,6 +26,12 @@
 //                                    access is entirely in range or entirely out: the kernels never
 //                                    straddle the end), else the bytes at base + offset
 //   scalar_load_f32(rsrc, offset)    the same for one float at a wave-uniform offset (s_buffer_load)
+//   atomic_add_agent(p, v) -> old    32-bit global fetch-add, acquire-release at agent scope (all XCDs)
+//   fence_release_agent()            this lane's earlier global writes are released at agent scope
+//   fence_acquire_agent()            this lane's later global reads see what was released to an atomic
+//                                    its workgroup read (after a barrier) -- the hand-off between
+//                                    workgroups: writes; release fence; barrier; one lane's atomic ...
+//                                    that lane's atomic; barrier; acquire fence; reads
 // Vector types u32x4 / f32x4 / f32x16 are defined here for every mode (the emulator header must
 // not redefine them; it sees FP8GEMM_ARCH_TYPES_DEFINED).
 // FP8GEMM_ISA_NOTE("text") puts the comment ";; fp8gemm: text" into the gfx942 assembly (nothing in
@@ -132,13 +139,36 @@ template <class T>
 FP8GEMM_DEVICE void lds_store(T* p, const T& v) {
   *p = v;
 }
+// Global memory by address space (1), so loads and stores are global_* instructions even for
+// pointers the compiler cannot trace back to a kernel argument (kernel_arg below).
 template <class T>
 FP8GEMM_DEVICE T global_load(const T* p) {
-  return *p;
+  typedef const T __attribute__((address_space(1)))* GlobalPtr;
+  return *(GlobalPtr)(p);
 }
 template <class T>
 FP8GEMM_DEVICE void global_store(T* p, const T& v) {
-  *p = v;
+  typedef T __attribute__((address_space(1)))* GlobalPtr;
+  *(GlobalPtr)(p) = v;
+}
+
+// The kernel's argument (its only one, at offset 0 of the kernel argument segment), read again
+// from that segment at this point. Inside a long outer loop this keeps the compiler from holding
+// every field in SGPRs across the inner loops: the loads cannot be hoisted past the empty asm.
+template <class T>
+FP8GEMM_DEVICE T kernel_arg() {
+  static_assert(sizeof(T) % 4 == 0, "kernel arguments are read as dwords");
+#if defined(__HIP_DEVICE_COMPILE__)
+  typedef const uint32_t __attribute__((address_space(4)))* KernargPtr;
+  KernargPtr p = (KernargPtr)(__builtin_amdgcn_kernarg_segment_ptr());
+  asm volatile("" : "+s"(p));
+  uint32_t w[sizeof(T) / 4];
+#pragma unroll
+  for (size_t i = 0; i < sizeof(T) / 4; ++i) w[i] = p[i];
+  return __builtin_bit_cast(T, w);
+#else
+  return T{};  // host pass: never executed
+#endif
 }
 
 FP8GEMM_DEVICE f32x4 mfma_16x16x32_fp8(uint64_t a, uint64_t b, f32x4 c) {
@@ -164,6 +194,28 @@ FP8GEMM_DEVICE int shfl(int v, int src_lane) {
 #else
   (void)src_lane;
   return v;
+#endif
+}
+
+// Agent scope: the whole GPU (every XCD); HIP's __hip_atomic builtins and clang's AMDGPU fence take
+// the scope by name, so the same code means the same on every ROCm 6.x/7.x compiler.
+FP8GEMM_DEVICE uint32_t atomic_add_agent(uint32_t* p, uint32_t v) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  typedef uint32_t __attribute__((address_space(1)))* GlobalPtr;
+  return __hip_atomic_fetch_add((GlobalPtr)(p), v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  (void)p, (void)v;
+  return 0;  // host pass: never executed
+#endif
+}
+FP8GEMM_DEVICE void fence_release_agent() {
+#if defined(__HIP_DEVICE_COMPILE__)
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+#endif
+}
+FP8GEMM_DEVICE void fence_acquire_agent() {
+#if defined(__HIP_DEVICE_COMPILE__)
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
 #endif
 }
 

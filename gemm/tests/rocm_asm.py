@@ -50,6 +50,7 @@ class KernelAsm:
     symbol: str
     meta: dict = field(default_factory=dict)
     instructions: dict = field(default_factory=dict)  # mnemonic -> count
+    meta_text: str = ""  # its amdhsa.kernels metadata entry (lists such as .args included)
 
     def count(self, prefix: str) -> int:
         return sum(c for mnem, c in self.instructions.items() if mnem.startswith(prefix))
@@ -100,6 +101,13 @@ def parse_assembly(text: str) -> dict[str, KernelAsm]:
         name = fields.get(".name")
         if name in kernels:
             kernels[name].meta = fields
+            kernels[name].meta_text = entry
+    # The kernel descriptors: .amdhsa_next_free_sgpr is the addressable SGPR count (.sgpr_count adds
+    # VCC, FLAT_SCRATCH and XNACK_MASK).
+    for name, body in re.findall(r"\.amdhsa_kernel (\S+)\n(.*?)\.end_amdhsa_kernel", text, flags=re.S):
+        m = re.search(r"\.amdhsa_next_free_sgpr (\d+)", body)
+        if name in kernels and m:
+            kernels[name].meta[".amdhsa_next_free_sgpr"] = m.group(1)
     # Only kernels (entries of amdhsa.kernels); other labels are data such as __hip_cuid_*.
     return {name: k for name, k in kernels.items() if k.meta}
 

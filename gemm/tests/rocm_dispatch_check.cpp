@@ -2,9 +2,12 @@
 //
 //   rocm_dispatch_check check            self-checks; prints failures, exit 1 if any
 //   rocm_dispatch_check kernels          JSON: every kGemmKernels entry (the ISA test's source of truth)
-//   rocm_dispatch_check select M N K...  one JSON line per (M, N, K): chosen kernel, split-K, tuned?
+//                                        and the size of its kernel argument (GemmArgs)
+//   rocm_dispatch_check select M N K...  one JSON line per (M, N, K): chosen kernel, workgroups,
+//                                        sk_workgroups (GemmConfig), tuned?
 //   rocm_dispatch_check numerics         every fp8 byte: e4m3fn->fnuz byte, decoded fnuz/fn values;
 //                                        then bf16_rne of each hex float bit pattern read from stdin
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,25 +57,67 @@ static int count_kind(const Plan& plan, PassKind kind) {
   return c;
 }
 
+// The GEMM pass (the last one of every plan).
+static const Pass& gemm_pass(const Plan& plan) { return plan.passes[plan.num_passes - 1]; }
+
+// The stream-K schedule of a GEMM pass covers every (tile, K block) once: stream-K runs over the
+// last sk_tiles tiles, whole tiles v, v + W, ... of the others; slot indices (stream-K tile +
+// workgroup) of the shared tiles' pieces distinct and inside the workspace's slots.
+static void check_schedule(const GemmArgs& g, int64_t slots, const char* what) {
+  const int64_t tiles = int64_t{g.tiles_m} * g.tiles_n, kb = g.k_blocks;
+  const int64_t wgs = g.workgroups > 0 ? g.workgroups : tiles;
+  std::vector<int> seen(static_cast<size_t>(tiles * kb), 0);
+  std::vector<int> contributors(static_cast<size_t>(g.sk_tiles), 0);
+  std::vector<int> slot_used(static_cast<size_t>(g.sk_tiles + g.sk_workgroups), 0);
+  const int64_t dp = tiles - g.sk_tiles, iters = int64_t{g.sk_tiles} * kb;
+  CHECK(g.sk_tiles == 0 || iters * g.sk_workgroups <= kMaxStreamProduct, "%s: 32-bit stream-K", what);
+  for (int64_t v = 0; v < wgs; ++v) {
+    if (v < g.sk_workgroups) {
+      const int64_t b = stream_begin<int64_t>(v, iters, g.sk_workgroups), e = stream_begin<int64_t>(v + 1, iters, g.sk_workgroups);
+      CHECK(b < e, "%s: empty run", what);
+      for (int64_t x = b; x < e; ++x) ++seen[static_cast<size_t>((dp + x / kb) * kb + x % kb)];
+      for (int64_t t = b / kb; t <= (e - 1) / kb; ++t) ++contributors[static_cast<size_t>(t)];
+      CHECK(stream_owner<int64_t>(b, iters, g.sk_workgroups) == v && stream_owner<int64_t>(e - 1, iters, g.sk_workgroups) == v,
+            "%s: stream_owner", what);
+    }
+    for (int64_t t = v; t < dp; t += wgs)
+      for (int64_t x = 0; x < kb; ++x) ++seen[static_cast<size_t>(t * kb + x)];
+  }
+  for (int c : seen) CHECK(c == 1, "%s: an iteration covered %d times", what, c);
+  for (int64_t v = 0; v < g.sk_workgroups; ++v) {
+    const int64_t b = stream_begin<int64_t>(v, iters, g.sk_workgroups), e = stream_begin<int64_t>(v + 1, iters, g.sk_workgroups);
+    for (int64_t t = b / kb; t <= (e - 1) / kb; ++t)
+      if (contributors[static_cast<size_t>(t)] > 1) {
+        CHECK(t + v < slots, "%s: slot %lld past the %lld slots", what, (long long)(t + v), (long long)slots);
+        CHECK(++slot_used[static_cast<size_t>(t + v)] == 1, "%s: slot %lld used twice", what, (long long)(t + v));
+      }
+  }
+  const bool shared = std::any_of(contributors.begin(), contributors.end(), [](int c) { return c > 1; });
+  CHECK(shared == (g.tile_counters != nullptr && g.partial != nullptr), "%s: counters/slots iff a tile is shared", what);
+}
+
+static uintptr_t ws_end(void* ws, size_t bytes) { return reinterpret_cast<uintptr_t>(ws) + bytes; }
+
 static void check_plans() {
   void* const ws = reinterpret_cast<void*>(uintptr_t{1} << 40);  // 256-aligned fake workspace
   const size_t big = size_t{1} << 40;
 
-  // K-major, aligned, e4m3fnuz, tuned shape without split: one pass, no workspace.
+  // K-major, aligned, e4m3fnuz, tuned shape with one workgroup per tile: one pass, no workspace.
   {
-    GemmProblem p = problem(1024, 4608, 7168, true, true, Fp8Format::kE4M3FNUZ);
+    GemmProblem p = problem(1024, 7168, 2048, true, true, Fp8Format::kE4M3FNUZ);
     const Plan plan = make_plan(p, nullptr, 0, false);
     CHECK(plan.status == PlanStatus::kOk, "status %d", int(plan.status));
     CHECK(plan.tuned && plan.num_passes == 1 && plan.passes[0].kind == PassKind::kGemm, "passes %d", plan.num_passes);
     CHECK(plan.workspace_bytes == 0 && plan_workspace_bytes(p) == 0, "ws %zu", plan.workspace_bytes);
     const Pass& g = plan.passes[0];
     const GemmKernelShape& ks = kernel_shape(g.gemm_kernel);
-    CHECK(g.grid[0] == uint32_t((1024 / ks.block_m) * (4608 / ks.block_n)) && g.grid[2] == 1, "grid %u", g.grid[0]);
+    CHECK(g.grid[0] == uint32_t((1024 / ks.block_m) * (7168 / ks.block_n)) && g.grid[2] == 1, "grid %u", g.grid[0]);
+    CHECK(g.gemm.workgroups == 0 && g.gemm.sk_tiles == 0 && g.gemm.tile_counters == nullptr, "one per tile");
     CHECK(g.block_threads == uint32_t(ks.threads()) && g.lds_bytes == uint32_t(ks.lds_bytes()), "block/lds");
-    CHECK(g.gemm.lda == 7168 && g.gemm.ldb == 7168 && g.gemm.scale_factor == 1.0f, "ld/scale");
+    CHECK(g.gemm.lda == 2048 && g.gemm.ldb == 2048 && g.gemm.scale_factor == 1.0f, "ld/scale");
     CHECK(g.gemm.out_vector_ok == 1, "row-major aligned out: vector epilogue");
     GemmProblem q = p;
-    q.out_stride_m = 1, q.out_stride_n = 1024;  // column-major out: scalar epilogue
+    q.out_stride_m = 1, q.out_stride_n = 1024;  // column-major out: per-element epilogue
     CHECK(make_plan(q, nullptr, 0, false).passes[0].gemm.out_vector_ok == 0, "column-major out");
     q = p;
     q.out = reinterpret_cast<uint16_t*>(reinterpret_cast<uintptr_t>(p.out) + 2);
@@ -101,8 +146,8 @@ static void check_plans() {
     CHECK(plan.pack_a && plan.pack_b && !plan.a_mn_direct && !plan.b_mn_direct, "packed");
     CHECK(plan.passes[0].kind == PassKind::kPack && plan.passes[0].pack.mode == PackMode::kMnVector, "pack a");
     CHECK(plan.passes[1].kind == PassKind::kPack && plan.passes[1].pack.mode == PackMode::kMnVector, "pack b");
-    CHECK(plan.passes[2].gemm.lda == 7168 && plan.passes[2].gemm.ldb == 7168, "packed ld");
-    CHECK(plan.passes[2].gemm.a_mn_major == 0 && plan.passes[2].gemm.b_mn_major == 0, "packed is K-major");
+    CHECK(gemm_pass(plan).gemm.lda == 7168 && gemm_pass(plan).gemm.ldb == 7168, "packed ld");
+    CHECK(gemm_pass(plan).gemm.a_mn_major == 0 && gemm_pass(plan).gemm.b_mn_major == 0, "packed is K-major");
     CHECK(make_plan(p, ws, need - 1, false).status == PlanStatus::kNoWorkspace, "short workspace accepted");
     CHECK(make_plan(p, nullptr, need, false).status == PlanStatus::kNoWorkspace, "null workspace accepted");
     CHECK(make_plan(p, static_cast<uint8_t*>(ws) + 16, need, false).status == PlanStatus::kNoWorkspace,
@@ -112,36 +157,70 @@ static void check_plans() {
   {
     GemmProblem p = problem(1024, 4608, 7168, true, false, Fp8Format::kE4M3FNUZ);
     const Plan plan = make_plan(p, ws, big, false);
-    CHECK(!plan.pack_a && plan.pack_b && !plan.a_mn_direct && !plan.b_mn_direct && plan.num_passes == 2, "mixed");
+    CHECK(!plan.pack_a && plan.pack_b && !plan.a_mn_direct && !plan.b_mn_direct, "mixed");
+    CHECK(count_kind(plan, PassKind::kPack) == 1 && gemm_pass(plan).kind == PassKind::kGemm, "mixed passes");
   }
-  // Split-K shape: partials + reduction; every K block covered exactly once.
+  // Work decompositions: every (tile, K block) once, shared tiles' slots distinct, the zero pass
+  // (tickets) right before the GEMM pass and inside the workspace. Tuned split-K-like (every tile
+  // shared), tuned stream-K with whole tiles after the stream-K runs, the generic split-K, and
+  // overrides with odd sizes.
   {
+    struct Case {
+      int64_t m, n, k;
+      const GemmConfig* config;
+    };
+    const GemmConfig odd1{GemmKernelId::kT128x64_W2x1x2_M32, 7, 0}, odd2{GemmKernelId::kT64x64_W2x2_M16, 50, 9},
+        odd3{GemmKernelId::kT256x128_W4x2_M32, 5, 3}, odd4{GemmKernelId::kT128x128_W2x2_M32, 3, 0};
+    const Case cases[] = {{1024, 576, 7168, nullptr}, {1024, 3072, 1536, nullptr}, {6144, 4608, 7168, nullptr},
+                          {64, 1536, 7168, nullptr},  {300, 200, 1000, &odd1},     {130, 700, 650, &odd2},
+                          {600, 300, 3000, &odd3},    {256, 256, 384, &odd4}};
+    for (const Case& c : cases) {
+      GemmProblem p = problem(c.m, c.n, c.k, true, true, Fp8Format::kE4M3FNUZ);
+      const size_t need = plan_workspace_bytes(p, c.config);
+      const Plan plan = make_plan(p, ws, need, false, c.config);
+      char what[96];
+      std::snprintf(what, sizeof what, "%lldx%lldx%lld", (long long)c.m, (long long)c.n, (long long)c.k);
+      CHECK(plan.status == PlanStatus::kOk && gemm_pass(plan).kind == PassKind::kGemm, "%s status", what);
+      const GemmArgs& g = gemm_pass(plan).gemm;
+      const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
+      const int64_t slot_bytes = int64_t{ks.block_m} * ks.block_n * 4;
+      const int64_t slots = g.partial ? static_cast<int64_t>(ws_end(ws, need) - reinterpret_cast<uintptr_t>(g.partial)) / slot_bytes : 0;
+      check_schedule(g, slots, what);
+      CHECK(gemm_pass(plan).grid[0] == uint32_t(g.workgroups > 0 ? g.workgroups : int64_t{g.tiles_m} * g.tiles_n), "%s grid", what);
+      CHECK(g.out_vector_ok == (c.n % 8 == 0 ? 1 : 0), "%s: bf16 vector epilogue with shared tiles too", what);
+      if (g.tile_counters) {
+        const Pass& z = plan.passes[plan.num_passes - 2];
+        CHECK(z.kind == PassKind::kZero && z.zero.dst == g.tile_counters && z.zero.bytes == size_t(g.sk_tiles) * 4, "%s zero", what);
+        CHECK(reinterpret_cast<uintptr_t>(g.tile_counters) + z.zero.bytes <= reinterpret_cast<uintptr_t>(g.partial), "%s layout", what);
+      } else {
+        CHECK(count_kind(plan, PassKind::kZero) == 0, "%s: zero pass without shared tiles", what);
+      }
+    }
     GemmProblem p = problem(1024, 576, 7168, true, true, Fp8Format::kE4M3FNUZ);
-    const size_t need = plan_workspace_bytes(p);
-    const Plan plan = make_plan(p, ws, need, false);
-    CHECK(plan.status == PlanStatus::kOk && plan.config.split_k == 4, "split %d", plan.config.split_k);
-    CHECK(count_kind(plan, PassKind::kReduce) == 1 && plan.passes[plan.num_passes - 1].kind == PassKind::kReduce, "reduce");
-    const GemmArgs& g = plan.passes[0].gemm;
-    CHECK(int64_t(g.kb_per_split) * (g.split_k - 1) < g.k_blocks && int64_t(g.kb_per_split) * g.split_k >= g.k_blocks,
-          "kb_per_split %d split %d k_blocks %d", g.kb_per_split, g.split_k, g.k_blocks);
-    CHECK(need >= size_t(4) * 1024 * 576 * 4, "partials %zu", need);
-    CHECK(g.out_vector_ok == 0, "split-K writes fp32 partials");
+    const Plan plan = make_plan(p, ws, plan_workspace_bytes(p), false);
+    CHECK(plan.config.workgroups == 288 && gemm_pass(plan).gemm.sk_tiles == 72 && gemm_pass(plan).gemm.sk_workgroups == 288,
+          "1024x576x7168: 72 tiles in 4 runs each");
+    CHECK(plan_workspace_bytes(p) >= size_t(72 + 288) * 128 * 64 * 4 + 72 * 4, "slots %zu", plan_workspace_bytes(p));
+    GemmProblem q = problem(1024, 3072, 1536, false, false, Fp8Format::kE4M3FNUZ);
+    const Plan plan_q = make_plan(q, ws, plan_workspace_bytes(q), false);
+    CHECK(gemm_pass(plan_q).gemm.sk_tiles == 80 && gemm_pass(plan_q).gemm.sk_workgroups == 240, "1024x3072x1536 hybrid");
   }
   // e4m3fn: both operands go through the pack pass, which converts them to e4m3fnuz; the product
   // factor 4 is folded into the scale. e4m3fnuz operands read in place keep the factor 1.
   {
     GemmProblem p = problem(1024, 4608, 7168, true, true, Fp8Format::kE4M3FN);
     const Plan plan = make_plan(p, ws, big, false);
-    CHECK(plan.status == PlanStatus::kOk && plan.pack_a && plan.pack_b && plan.num_passes == 3, "fn K-major packed");
+    CHECK(plan.status == PlanStatus::kOk && plan.pack_a && plan.pack_b && count_kind(plan, PassKind::kPack) == 2,
+          "fn K-major packed");
     CHECK(plan.passes[0].pack.convert_e4m3fn == 1 && plan.passes[1].pack.convert_e4m3fn == 1, "fn convert flags");
-    CHECK(plan.passes[2].gemm.scale_factor == 4.0f, "fn factor %g", double(plan.passes[2].gemm.scale_factor));
+    CHECK(gemm_pass(plan).gemm.scale_factor == 4.0f, "fn factor %g", double(gemm_pass(plan).gemm.scale_factor));
     GemmProblem q = problem(1024, 4608, 7168, false, false, Fp8Format::kE4M3FN);
     const Plan plan_q = make_plan(q, ws, big, false);
-    CHECK(plan_q.pack_a && plan_q.pack_b && !plan_q.a_mn_direct && plan_q.passes[2].gemm.a_mn_major == 0,
+    CHECK(plan_q.pack_a && plan_q.pack_b && !plan_q.a_mn_direct && gemm_pass(plan_q).gemm.a_mn_major == 0,
           "fn MN-major packed");
     GemmProblem r = problem(64, 64, 128, true, true, Fp8Format::kE4M3FNUZ);
     const Plan plan_r = make_plan(r, ws, big, false);
-    CHECK(!plan_r.pack_a && plan_r.passes[0].gemm.scale_factor == 1.0f, "fnuz in place, factor 1");
+    CHECK(!plan_r.pack_a && gemm_pass(plan_r).gemm.scale_factor == 1.0f, "fnuz in place, factor 1");
   }
   // Buffer-offset range: K-major rows so long that a 256-row tile spans more than 2 GiB, and
   // MN-major k rows so long that a 128-wide K block does, are packed; overlapping MN-major k rows
@@ -165,8 +244,8 @@ static void check_plans() {
     GemmProblem p = problem(100, 70, 300, true, true, Fp8Format::kE4M3FNUZ);
     const Plan plan = make_plan(p, ws, big, false);
     CHECK(plan.status == PlanStatus::kOk && plan.pack_a && plan.pack_b, "K tail not packed");
-    CHECK(plan.passes[2].gemm.lda == 384 && plan.passes[2].gemm.k_limit == 304, "lda %lld k_limit %d",
-          (long long)plan.passes[2].gemm.lda, plan.passes[2].gemm.k_limit);
+    CHECK(gemm_pass(plan).gemm.lda == 384 && gemm_pass(plan).gemm.k_limit == 304, "lda %lld k_limit %d",
+          (long long)gemm_pass(plan).gemm.lda, gemm_pass(plan).gemm.k_limit);
     GemmProblem q = problem(128, 128, 256, true, true, Fp8Format::kE4M3FNUZ, 8);
     const Plan plan_q = make_plan(q, ws, big, false);
     CHECK(plan_q.pack_a && !plan_q.pack_b, "misaligned a must be packed, b not");
@@ -196,7 +275,8 @@ static void check_tables() {
   CHECK(kernel_table_consistent(), "kernel table");
   for (const auto& e : kTunedShapes) {
     CHECK(static_cast<int>(e.config.kernel) >= 0 && static_cast<int>(e.config.kernel) < kNumGemmKernels, "kernel id");
-    CHECK(e.config.split_k >= 1 && e.config.split_k <= kMaxSplitK, "split");
+    CHECK(e.config.workgroups >= 0 && e.config.sk_workgroups >= 0 && e.config.sk_workgroups <= e.config.workgroups,
+          "workgroups");
     const GemmConfig* hit = find_tuned(kTunedShapes, unpack_m(e.key), unpack_n(e.key), unpack_k(e.key));
     CHECK(hit == &e.config, "entry not found by its own shape");
   }
@@ -206,8 +286,11 @@ static void check_tables() {
     for (int64_t n : dims)
       for (int64_t k : {int64_t{1}, int64_t{100}, int64_t{128}, int64_t{7168}, int64_t{50000}}) {
         const GemmConfig c = select_config(m, n, k);
-        CHECK(static_cast<int>(c.kernel) >= 0 && static_cast<int>(c.kernel) < kNumGemmKernels && c.split_k >= 1 &&
-                  c.split_k <= kMaxSplitK,
+        if (is_tuned_shape(m, n, k)) continue;  // checked above
+        const int64_t tiles = tile_count(kernel_shape(c.kernel), m, n);
+        CHECK(static_cast<int>(c.kernel) >= 0 && static_cast<int>(c.kernel) < kNumGemmKernels && c.sk_workgroups == 0 &&
+                  (c.workgroups == 0 || (c.workgroups % tiles == 0 && c.workgroups / tiles >= 2 &&
+                                         c.workgroups / tiles <= kMaxSplitK)),
               "m %lld n %lld k %lld", (long long)m, (long long)n, (long long)k);
       }
 }
@@ -225,9 +308,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kNumGemmKernels; ++i) {
       const GemmKernelShape& s = kGemmKernels[i];
       std::printf("%s{\"id\": %d, \"name\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"waves_m\": %d, \"waves_n\": %d, "
-                  "\"waves_k\": %d, \"mfma\": %d, \"threads\": %d, \"lds_bytes\": %d, \"waves_per_simd\": %d}",
+                  "\"waves_k\": %d, \"mfma\": %d, \"threads\": %d, \"lds_bytes\": %d, \"waves_per_simd\": %d, "
+                  "\"args_bytes\": %zu}",
                   i ? ", " : "", static_cast<int>(s.id), s.name, s.block_m, s.block_n, s.waves_m, s.waves_n, s.waves_k,
-                  s.mfma, s.threads(), s.lds_bytes(), s.waves_per_simd);
+                  s.mfma, s.threads(), s.lds_bytes(), s.waves_per_simd, sizeof(GemmArgs));
     }
     std::printf("]\n");
     return 0;
@@ -236,8 +320,9 @@ int main(int argc, char** argv) {
     for (int i = 2; i + 2 < argc; i += 3) {
       const int64_t m = std::atoll(argv[i]), n = std::atoll(argv[i + 1]), k = std::atoll(argv[i + 2]);
       const GemmConfig c = select_config(m, n, k);
-      std::printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"kernel\": %d, \"split_k\": %d, \"tuned\": %s}\n",
-                  (long long)m, (long long)n, (long long)k, static_cast<int>(c.kernel), c.split_k,
+      std::printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"kernel\": %d, \"workgroups\": %d, \"sk_workgroups\": %d, "
+                  "\"tuned\": %s}\n",
+                  (long long)m, (long long)n, (long long)k, static_cast<int>(c.kernel), c.workgroups, c.sk_workgroups,
                   is_tuned_shape(m, n, k) ? "true" : "false");
     }
     return 0;

@@ -344,6 +344,12 @@ FAULTS = {
     "stack-overflow": ("fiber stack overflow", "wave 1, lane 2 (thread 66)"),
     "divergent-barrier": ("divergent barriers", "wave 1, lane 0"),
     "spin-lds-timeout": ("timeout", "wave 1, lane 6 (thread 70)"),
+    # The atomic hand-off between workgroups (workgroups 0, 1, 2 in that order: 2 is the last and
+    # reads the others' parts) with one step of the protocol left out.
+    "handoff-no-release": ("with no release fence / atomic / acquire fence hand-off", "workgroup (2,0,0)"),
+    "handoff-no-acquire": ("with no release fence / atomic / acquire fence hand-off", "workgroup (2,0,0)"),
+    "handoff-no-barrier": ("with no release fence / atomic / acquire fence hand-off", "workgroup (2,0,0)"),
+    "handoff-plain-ticket": ("plain and atomic accesses to the same bytes", "workgroup (0,0,0), wave 0, lane 1"),
 }
 
 
@@ -354,8 +360,22 @@ def test_fault_is_reported_with_location(selftest_bin, name):
     assert r.returncode != 0, f"{name}: no failure reported\n{r.stdout}"
     assert f"kernel 'fault_{name}'" in r.stderr, r.stderr
     assert what in r.stderr and where in r.stderr, r.stderr
-    if name not in ("global-race", "misaligned", "lds-race", "uninit-lds"):
+    if name not in ("global-race", "misaligned", "lds-race", "uninit-lds") and not name.startswith("handoff-"):
         assert "workgroup (1,0,0)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1], None])
+def test_workgroup_handoff_through_an_atomic_ticket(selftest_bin, order):
+    """Four workgroups write, release and take a ticket; the last acquires and sums all four parts.
+    Run one after another in each given order (the last in the order sums), or concurrently."""
+    env = {"FP8GEMM_SIMT_THREADS": "1" if order else "4"}
+    r = run([selftest_bin, "handoff", "4", *map(str, order or [])], env_extra=env)
+    assert r.returncode == 0, r.stderr
+    sums, tickets = r.stdout.splitlines()
+    assert [float(x) for x in sums.split()] == [float(6000 + 4 * t) for t in range(256)]
+    assert sorted(map(int, tickets.split())) == [0, 1, 2, 3]
+    if order:
+        assert list(map(int, tickets.split())) == order
 
 
 # ------------------------------------------------------------------------------------------------
@@ -392,7 +412,7 @@ def pad_k(x, k_pad):
 
 
 def write_problem(binary_dir, m, n, k, dtype=torch.float8_e4m3fnuz, layout="mn_major", seed=0, out_layout="row",
-                  offsets=(0, 0), out_storage_delta=0, mutate=None, config=None, k_pad=0):
+                  offsets=(0, 0), out_storage_delta=0, mutate=None, config=None, k_pad=0, extra=None):
     """Writes DIR/problem.txt and the inputs; returns (inputs, output strides)."""
     a, b, a_scale, b_scale = make_inputs(m, n, k, dtype, layout, seed)
     if mutate is not None:
@@ -408,19 +428,25 @@ def write_problem(binary_dir, m, n, k, dtype=torch.float8_e4m3fnuz, layout="mn_m
     out_strides = (n, 1) if out_layout == "row" else (1, m)
     kv.update({"out_storage": m * n + out_storage_delta, "out_offset": 0, "out_stride0": out_strides[0],
                "out_stride1": out_strides[1]})
-    if config is not None:  # (instantiation name, split-K): replaces the dispatch's choice
-        kv.update({"kernel": KERNEL_NAMES.index(config[0]), "split_k": config[1]})
+    if config is not None:  # replaces the dispatch's choice: (instantiation, split-K) or (instantiation, "W", W, Wsk)
+        kv["kernel"] = KERNEL_NAMES.index(config[0])
+        if config[1] == "W":
+            kv.update({"workgroups": config[2], "sk_workgroups": config[3]})
+        else:
+            kv["split_k"] = config[1]
+    kv.update(extra or {})  # e.g. the GEMM pass's workgroup order (wg_rotate / wg_shuffle)
     with open(os.path.join(d, "problem.txt"), "w") as f:
         f.writelines(f"{key} {value}\n" for key, value in kv.items())
     return (a, b, a_scale, b_scale), out_strides
 
 
 def run_gemm(binary, tmp_path, m, n, k, dtype=torch.float8_e4m3fnuz, layout="mn_major", seed=0, out_layout="row",
-             offsets=(0, 0), out_storage_delta=0, expect_rc=0, env_extra=None, mutate=None, config=None, k_pad=0):
+             offsets=(0, 0), out_storage_delta=0, expect_rc=0, env_extra=None, mutate=None, config=None, k_pad=0,
+             extra=None):
     """Runs one problem through the emulated plan. Returns (out, float64 reference, plan/counter
     JSON), or the CompletedProcess when expect_rc is None (or non-zero, after checking it)."""
     (a, b, a_scale, b_scale), out_strides = write_problem(
-        tmp_path, m, n, k, dtype, layout, seed, out_layout, offsets, out_storage_delta, mutate, config, k_pad)
+        tmp_path, m, n, k, dtype, layout, seed, out_layout, offsets, out_storage_delta, mutate, config, k_pad, extra)
     d = str(tmp_path)
     r = run([binary, d], env_extra=env_extra)
     if expect_rc is None:
@@ -462,7 +488,9 @@ def case(m, n, k, dtype="fnuz", layout="mn_major", config=None, k_pad=0, out_lay
 
 
 def case_id(c):
-    cfg = f"-{c['config'][0]}-s{c['config'][1]}" if c["config"] else ""
+    cfg = ""
+    if c["config"]:
+        cfg = f"-{c['config'][0]}-" + (f"w{c['config'][2]}-{c['config'][3]}" if c["config"][1] == "W" else f"s{c['config'][1]}")
     pad = f"-pad{c['k_pad']}" if c["k_pad"] else ""
     return f"{c['m']}x{c['n']}x{c['k']}-{c['dtype']}-{c['layout']}{cfg}{pad}-{c['out_layout']}"
 
@@ -492,9 +520,20 @@ GENERIC_CASES = [
 def test_gemm_generic_path(gemm_bin, tmp_path, c):
     out, ref, info = run_case(gemm_bin, tmp_path, c)
     assert info["tuned"] is False
-    if info["split_k"] > 1:
-        assert [p["kernel"] for p in info["passes"]][-1] == "reduce_body"
+    check_handoff(info)
     check_gemm(out, ref, info, c["m"], c["n"], c["k"])
+
+
+def check_handoff(info):
+    """Shared stream-K tiles: the tickets were zeroed by the pass right before the GEMM pass and
+    every shared tile's ticket was taken once by each of its workgroups."""
+    gemm = info["passes"][-1]
+    if gemm["shared_tiles"]:
+        assert info["passes"][-2]["kernel"] == "zero" and info["passes"][-2]["bytes"] == 4 * gemm["sk_tiles"], info
+        assert info["tickets"] and all(len(t) >= 2 and len(set(t)) == len(t) for t in info["tickets"]), info
+        assert info["atomics"] == sum(len(t) for t in info["tickets"]), info
+    else:
+        assert "zero" not in [p["kernel"] for p in info["passes"]] and info["atomics"] == 0, info
 
 
 def test_gemm_column_major_output_and_unaligned_inputs(gemm_bin, tmp_path):
@@ -524,9 +563,11 @@ RANDOM_CASES = _random_cases(6, seed=2026)
 
 
 TUNED_CASES = [
-    # The cheapest challenge shapes of the tuned table, one without and one with split-K.
+    # The cheapest challenge shapes of the tuned table: one workgroup per tile; every tile shared
+    # (4 workgroups each); stream-K tiles (80 over 240 workgroups) then one whole tile each.
     case(1024, 7168, 256, seed=1),
     case(1024, 512, 7168, layout="k_major", seed=1),
+    case(1024, 3072, 1536, seed=1),
 ]
 
 
@@ -534,6 +575,7 @@ TUNED_CASES = [
 def test_gemm_tuned_path(gemm_bin, tmp_path, c):
     out, ref, info = run_case(gemm_bin, tmp_path, c)
     assert info["tuned"] is True
+    check_handoff(info)
     check_gemm(out, ref, info, c["m"], c["n"], c["k"])
 
 
@@ -544,6 +586,10 @@ def test_gemm_tuned_path(gemm_bin, tmp_path, c):
 TAIL16, TAIL112 = 2 * 128 + 16, 2 * 128 + 112
 CONFIG_SHAPES = {"t64x64_w2x2_m16": (80, 144), "t128x64_w2x1x2_m32": (160, 96), "t128x128_w2x2_m32": (144, 160),
                  "t256x128_w4x2_m32": (272, 144)}
+# Stream-K with whole tiles after it: 5 workgroups; the tiles past the last whole wave of 5 (2, 3,
+# 3 and 4 of them) are dealt in runs of 2..4 K blocks that cross tile boundaries.
+STREAM_SHAPES = {"t64x64_w2x2_m16": (208, 144), "t128x64_w2x1x2_m32": (416, 96), "t128x128_w2x2_m32": (400, 160),
+                 "t256x128_w4x2_m32": (528, 272)}
 
 
 def _config_cases():
@@ -553,8 +599,11 @@ def _config_cases():
         cases += [
             case(m, n, k_tail, layout="k_major", config=(name, 1), k_pad=32),
             case(m, n, mn_tail, layout="mn_major", config=(name, 1), k_pad=32),
-            # split-K partials: 5 K blocks in 2 splits (3 and 2 trips)
+            # split-K: 5 K blocks in 2 runs (2 and 3 trips), finished in the kernel
             case(m, n, 4 * 128 + 16, layout=("mn_major", "k_major")[i % 2], config=(name, 2), k_pad=32),
+            # stream-K runs across tiles, then whole tiles
+            case(*STREAM_SHAPES[name], 4 * 128 + 16, layout=("k_major", "mn_major")[i % 2], config=(name, "W", 5, 0),
+                 k_pad=32),
             # per-element bf16 stores (column-major output)
             case(m, n, TAIL16, layout=("k_major", "mn_major")[i % 2], config=(name, 1), out_layout="col"),
         ]
@@ -568,6 +617,7 @@ CONFIG_CASES = _config_cases()
 def test_gemm_every_configuration(gemm_bin, tmp_path, c):
     out, ref, info = run_case(gemm_bin, tmp_path, c)
     assert info["kernel"] == c["config"][0] and not info["pack_a"] and not info["pack_b"], info
+    check_handoff(info)
     check_gemm(out, ref, info, c["m"], c["n"], c["k"])
 
 
@@ -590,27 +640,33 @@ def test_every_loop_variant_and_epilogue_is_executed(gemm_bin, tmp_path):
     """Through the plans the driver builds for this file's GEMM cases: every instantiation runs its
     K-major and its MN-major main loop for at least two K blocks, and each of them with K tails of 16
     and 112 in NaN-padded buffers; every instantiation writes through each epilogue (bf16 vector,
-    bf16 per element, split-K partials); every pack mode and the reduction pass run."""
+    bf16 per element), hands shared tiles off (split-K, and stream-K runs that cross tiles followed
+    by whole tiles); every pack mode and the zero pass run."""
     seen = set()
     for i, c in enumerate(ALL_GEMM_CASES):
         d = tmp_path / str(i)
         d.mkdir()
         for p in plan_of(gemm_bin, d, c)["passes"]:
             if p["kernel"] in KERNEL_NAMES:
-                if min(p["kb_per_split"], p["k_blocks"]) >= 2:
+                if p["longest_tile_run"] >= 2:
                     seen.add(("loop", p["kernel"], p["loop"]))
                     if c["k_pad"] and c["k"] % 128 in (16, 112):
                         seen.add(("tail", p["loop"], c["k"] % 128))
                         seen.add(("tail", p["kernel"], c["k"] % 128))
                 seen.add(("epilogue", p["kernel"], p["epilogue"]))
+                if p["shared_tiles"]:
+                    seen.add(("hand-off", p["kernel"]))
+                    if p["runs_span_tiles"] and p["sk_tiles"] < p["tiles"]:
+                        seen.add(("stream-K runs across tiles, then whole tiles", p["kernel"]))
             elif p["kernel"] == "pack_body":
                 seen.add(("pack", p["mode"]))
             else:
                 seen.add(("pass", p["kernel"]))
     want = {("loop", k, loop) for k in KERNEL_NAMES for loop in ("k_major", "mn_major")}
     want |= {("tail", x, t) for x in KERNEL_NAMES + ["k_major", "mn_major"] for t in (16, 112)}
-    want |= {("epilogue", k, e) for k in KERNEL_NAMES for e in ("vector", "strided", "partials")}
-    want |= {("pack", m) for m in ("mn_vector", "k_vector", "gather")} | {("pass", "reduce_body")}
+    want |= {("epilogue", k, e) for k in KERNEL_NAMES for e in ("vector", "strided")}
+    want |= {(what, k) for k in KERNEL_NAMES for what in ("hand-off", "stream-K runs across tiles, then whole tiles")}
+    want |= {("pack", m) for m in ("mn_vector", "k_vector", "gather")} | {("pass", "zero")}
     missing = want - seen
     assert not missing, f"never executed: {sorted(missing)}"
 
@@ -624,6 +680,43 @@ def test_gemm_result_independent_of_worker_threads(gemm_bin, tmp_path):
         out, _, _ = run_gemm(gemm_bin, case, 130, 96, 2048, seed=8, env_extra={"FP8GEMM_SIMT_THREADS": threads})
         outs.append(out.view(torch.int16).clone())
     assert torch.equal(outs[0], outs[1])
+
+
+ORDER_CASES = [
+    # Every tile shared: 4 tiles of 5 K blocks in 7 runs of 2-3 (one tile has 3 workgroups), K-major.
+    case(160, 96, 4 * 128 + 16, layout="k_major", config=("t128x64_w2x1x2_m32", "W", 7, 0), k_pad=32),
+    # 4 stream-K tiles over 5 workgroups, then 5 whole tiles; MN-major, 8 waves with the K-share sum.
+    case(528, 272, 4 * 128 + 16, config=("t256x128_w4x2_m32", "W", 5, 0), k_pad=32),
+]
+
+
+@pytest.mark.parametrize("c", ORDER_CASES, ids=case_id)
+def test_stream_k_hand_off_is_right_in_every_arrival_order(gemm_bin, tmp_path, c):
+    """With one worker thread the emulator runs workgroups one after another in the order it is
+    given, and that order decides which workgroup of a shared tile takes the last ticket and sums the
+    others' slots. Every rotation of the start order, two shuffles and a run on four threads: every
+    result is right and all are bit-identical (the sum's order does not depend on who arrives last),
+    and over these runs every workgroup of every shared tile took the last ticket at least once (the
+    tickets as the emulator saw them taken)."""
+    workgroups = c["config"][2]
+    runs = [({"wg_rotate": r}, "1") for r in range(workgroups)] + [({"wg_shuffle": s}, "1") for s in (1, 2)]
+    runs.append(({}, "4"))
+    first, contributors, last = None, None, None
+    for i, (order, threads) in enumerate(runs):
+        d = tmp_path / str(i)
+        d.mkdir()
+        out, ref, info = run_case(gemm_bin, d, c, extra=order, env_extra={"FP8GEMM_SIMT_THREADS": threads})
+        check_handoff(info)
+        check_gemm(out, ref, info, c["m"], c["n"], c["k"])
+        bits = out.view(torch.int16).clone()
+        if first is None:
+            first, contributors, last = bits, [sorted(t) for t in info["tickets"]], [set() for _ in info["tickets"]]
+        assert torch.equal(bits, first), f"result bits depend on the arrival order ({order})"
+        assert [sorted(t) for t in info["tickets"]] == contributors
+        for seen, t in zip(last, info["tickets"]):
+            seen.add(t[-1])
+    assert contributors and all(seen == set(cs) for seen, cs in zip(last, contributors)), (contributors, last)
+    assert max(len(cs) for cs in contributors) >= (3 if c["m"] == 160 else 2)
 
 
 def test_gemm_out_of_bounds_store_in_real_kernel_is_reported(gemm_bin, tmp_path):
@@ -666,8 +759,12 @@ def test_gemm_kernel_code_has_no_undefined_behaviour(gemm_ubsan_bin, tmp_path, m
 # Each mutant replaces one line of gemm_rocm_kernels.h (the original must occur exactly once) in a
 # copy of gemm/gemm/; the emulated driver is rebuilt against the copy and a few targeted cases of
 # this suite are run. A mutant is caught when a case fails its check or the emulator reports a fault.
-_CFG = {c["config"][0] + "/" + c["layout"] + ("/split" if c["config"][1] > 1 else "") + ("/col" if c["out_layout"] == "col" else ""): c
-        for c in CONFIG_CASES}
+def _cfg_key(c):
+    kind = "/stream" if c["config"][1] == "W" else "/split" if c["config"][1] > 1 else ""
+    return c["config"][0] + "/" + c["layout"] + kind + ("/col" if c["out_layout"] == "col" else "")
+
+
+_CFG = {_cfg_key(c): c for c in CONFIG_CASES}
 _CFG["pack/gather"] = case(72, 72, 256, config=("t64x64_w2x2_m16", 1))  # MN-major, M % 16 != 0: packed
 MUTANTS = {
     # K tails: one chunk / one k row past K is read (the padding holds NaN).
@@ -684,18 +781,39 @@ MUTANTS = {
                          "arch::lds_store(reinterpret_cast<uint32_t*>(tile + r * kBlockK + (chunk ^ (r % 4)) * 16 + in_chunk), y[j]);",
                          ["t128x128_w2x2_m32/mn_major"]),
     # Scale indices: the MFMA tile row of a_scale, the K block of a_scale, the N block of b_scale.
-    "a_scale row": ("const int r = m_lane + i * kMfma < g.m ? m_lane + i * kMfma : g.m - 1;",
-                    "const int r = m_lane + i < g.m ? m_lane + i : g.m - 1;", ["t128x128_w2x2_m32/mn_major"]),
-    "a_scale K block": ("a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb) * g.a_scale_stride_kb);",
-                        "a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb_begin) * g.a_scale_stride_kb);",
+    "a_scale row": ("const int r = m_lane + i * kMfma < gs.m ? m_lane + i * kMfma : gs.m - 1;",
+                    "const int r = m_lane + i < gs.m ? m_lane + i : gs.m - 1;", ["t128x128_w2x2_m32/mn_major"]),
+    "a_scale K block": ("a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb) * gs.a_scale_stride_kb);",
+                        "a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb_begin) * gs.a_scale_stride_kb);",
                         ["t128x64_w2x1x2_m32/mn_major"]),
-    "b_scale N block": ("const float* const b_scale_col = g.b_scale + static_cast<int64_t>(n0 / 128) * g.b_scale_stride_nb;",
-                        "const float* const b_scale_col = g.b_scale + static_cast<int64_t>(n0 / 64) * g.b_scale_stride_nb;",
+    "b_scale N block": ("const float* const b_scale_col = gs.b_scale + static_cast<int64_t>(n0 / 128) * gs.b_scale_stride_nb;",
+                        "const float* const b_scale_col = gs.b_scale + static_cast<int64_t>(n0 / 64) * gs.b_scale_stride_nb;",
                         ["t128x64_w2x1x2_m32/k_major"]),
-    # Split-K: the last split stops one K block early.
-    "split-K range": ("const int kb_end = (kb_begin + g.kb_per_split) < g.k_blocks ? (kb_begin + g.kb_per_split) : g.k_blocks;",
-                      "const int kb_end = (kb_begin + g.kb_per_split) < g.k_blocks ? (kb_begin + g.kb_per_split) : g.k_blocks - 1;",
-                      ["t128x128_w2x2_m32/mn_major/split", "t128x64_w2x1x2_m32/k_major/split"]),
+    # Stream-K hand-off: the run's last K block dropped; the ticket count one short (the one before
+    # the last finishes early); the first contributor's K blocks left out of the sum; the next
+    # contributor's partial slot read; the last contributor left out of the sum; the release or the
+    # acquire fence missing; whole tiles dealt with the wrong stride.
+    "stream-K run end": ("kb_last = static_cast<int>(e) - sk_last * kbs;", "kb_last = static_cast<int>(e) - sk_last * kbs - 1;",
+                         ["t128x128_w2x2_m32/mn_major/split", "t128x64_w2x1x2_m32/mn_major/stream"]),
+    "ticket count": ("finish = arch::lds_load(ticket) == static_cast<uint32_t>(c_hi - c_lo);",
+                     "finish = arch::lds_load(ticket) == static_cast<uint32_t>(c_hi - c_lo - 1);",
+                     ["t128x64_w2x1x2_m32/k_major/split", "t64x64_w2x2_m16/k_major/stream"]),
+    "first contributor": ("const int c_lo = static_cast<int>(stream_owner<uint32_t>(sk_it0, sk_iters, ge.sk_workgroups));",
+                          "const int c_lo = static_cast<int>(stream_owner<uint32_t>(sk_it0 + 1, sk_iters, ge.sk_workgroups));",
+                          ["t128x128_w2x2_m32/mn_major/split", "t256x128_w4x2_m32/mn_major/stream"]),
+    "partial slot read": ("const float* const src = slot_of(c) + (i * kSubN + j) * kQuads * 256;",
+                          "const float* const src = slot_of(c + 1) + (i * kSubN + j) * kQuads * 256;",
+                          ["t128x64_w2x1x2_m32/mn_major/stream", "t128x64_w2x1x2_m32/k_major/split"]),
+    "contributor loop": ("for (int c = c_lo; c <= c_hi; ++c) {", "for (int c = c_lo; c < c_hi; ++c) {",
+                         ["t128x128_w2x2_m32/mn_major/split", "t64x64_w2x2_m16/k_major/stream"]),
+    "release fence": ("arch::fence_release_agent();  // the slot is visible at agent scope before the ticket is taken",
+                      "/* removed */",
+                      ["t128x64_w2x1x2_m32/k_major/split", "t128x128_w2x2_m32/k_major/stream"]),
+    "acquire fence": ("arch::fence_acquire_agent();  // the other slots, released before their tickets", "/* removed */",
+                      ["t128x64_w2x1x2_m32/k_major/split", "t128x128_w2x2_m32/k_major/stream"]),
+    "whole-tile stride": ("int tile = v + (seg - n_sk) * wgs, sk = -1, kb_begin = 0, kb_end = kbs;",
+                          "int tile = v + (seg - n_sk) * (wgs - 1), sk = -1, kb_begin = 0, kb_end = kbs;",
+                          ["t64x64_w2x2_m16/k_major/stream", "t256x128_w4x2_m32/mn_major/stream"]),
 }
 
 
@@ -721,14 +839,17 @@ def _mutants():
         out.append((name, src.replace(old, new), keys))
     for pos in _barrier_sites(src):
         line = src.count("\n", 0, pos) + 1
-        keys = ["t128x64_w2x1x2_m32/k_major", "t128x128_w2x2_m32/mn_major", "pack/gather"]
-        out.append((f"barrier at line {line} removed", src[:pos] + "/* removed */" + src[pos + len("arch::barrier();"):],
+        keys = ["t128x64_w2x1x2_m32/k_major", "t128x128_w2x2_m32/mn_major", "pack/gather",
+                "t128x64_w2x1x2_m32/mn_major/stream", "t256x128_w4x2_m32/mn_major/stream"]
+        out.append((f"barrier at line {line} removed", src[:pos] + "(void)0; /* removed */" + src[pos + len("arch::barrier();"):],
                     keys))
     return out
 
 
 def _caught(binary, case_dir, c):
     r = run_case(binary, case_dir, c, expect_rc=None)
+    # 1 is the driver refusing its input (e.g. built without the case's kernel): the harness's fault.
+    assert r.returncode != 1, f"the mutant driver could not run the case: {r.stderr[-500:]}"
     if r.returncode != 0:
         return f"rc {r.returncode}: {r.stderr.strip().splitlines()[-1][:200] if r.stderr.strip() else ''}"
     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -755,7 +876,9 @@ def test_every_mutant_of_the_kernel_is_caught(build_dir, tmp_path):
         shutil.copytree(KERNEL_DIR, d)
         (d / "gemm_rocm_kernels.h").write_text(mutants[i][1])
         # Only the instantiations its cases use (faster builds).
-        mask = sum(1 << KERNEL_NAMES.index(_CFG[key]["config"][0]) for key in mutants[i][2])
+        mask = 0
+        for key in mutants[i][2]:
+            mask |= 1 << KERNEL_NAMES.index(_CFG[key]["config"][0])
         return compile_program("gfx942_gemm_driver.cpp", str(d / "driver"), extra_includes=[str(d)],
                                extra_flags=["-O1", f"-DFP8GEMM_EMU_KERNELS={mask}"])
 

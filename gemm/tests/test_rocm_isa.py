@@ -21,6 +21,7 @@ turns the missing toolchain into a failure.
 """
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -101,7 +102,7 @@ def test_every_benchmark_shape_hits_its_tuned_entry(dispatch_tool, kernels):
     ids = {k["id"] for k in kernels}
     for s in sel:
         assert s["tuned"], f"benchmark shape {s} fell to the generic path"
-        assert s["kernel"] in ids and 1 <= s["split_k"] <= 8, s
+        assert s["kernel"] in ids and s["workgroups"] >= 0 and 0 <= s["sk_workgroups"] <= s["workgroups"], s
 
 
 NEAR_MISSES = [
@@ -119,14 +120,14 @@ NEAR_MISSES = [
 def test_nearby_and_other_shapes_take_the_generic_path(dispatch_tool):
     for s in rocm_asm.select(dispatch_tool, NEAR_MISSES):
         assert not s["tuned"], f"{s} must not match a tuned entry"
-        assert 0 <= s["kernel"] and 1 <= s["split_k"] <= 8, s
+        assert 0 <= s["kernel"] and s["workgroups"] >= 0 and s["sk_workgroups"] == 0, s
 
 
 def test_small_mn_long_k_generic_shapes_use_split_k(dispatch_tool):
     (s,) = rocm_asm.select(dispatch_tool, [(64, 1536, 7168)])
-    assert s["split_k"] > 1, s
+    assert s["workgroups"] > 0, s  # tiles x split
     (s,) = rocm_asm.select(dispatch_tool, [(6144, 7168, 4096)])
-    assert s["split_k"] == 1, s
+    assert s["workgroups"] == 0, s  # one workgroup per tile
 
 
 # ---- numerics shared by the device code (fp8_numerics.h), against torch's own conversions ------
@@ -189,8 +190,7 @@ def test_every_dispatch_instantiation_is_compiled(launcher_asm, kernels, dispatc
     assert set(compiled) == {k["id"] for k in kernels}, (sorted(compiled), kernels)
     used = {s["kernel"] for s in rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES + NEAR_MISSES)}
     assert used <= set(compiled)
-    for name in ("pack_kernel", "reduce_kernel"):
-        assert any(name in sym for sym in launcher_asm), f"{name} missing from the gfx942 assembly"
+    assert any("pack_kernel" in sym for sym in launcher_asm), "pack_kernel missing from the gfx942 assembly"
 
 
 def _expected_mfma(kd):
@@ -228,19 +228,31 @@ def test_gemm_instantiation_isa(launcher_asm, kernels, kernel_index):
     occ = rocm_asm.waves_per_simd(ka.vgpr_total, lds, kd["threads"])
     assert occ["waves_per_simd"] >= kd["waves_per_simd"], (kd["name"], occ, kd["waves_per_simd"])
     assert int(meta[".agpr_count"]) <= ka.vgpr_total <= 512
-    assert int(meta[".sgpr_count"]) <= 102
+    # 102 addressable SGPRs (.sgpr_count also counts VCC, FLAT_SCRATCH and XNACK_MASK).
+    assert int(meta[".amdhsa_next_free_sgpr"]) <= 102 and int(meta[".sgpr_count"]) <= 108, meta
+    # The argument is re-read from the kernel argument segment inside the tile loop
+    # (arch::kernel_arg): it must be the only one, by value at offset 0.
+    args = re.findall(r"- \.offset:\s+(\d+)\s+\.size:\s+(\d+)\s+\.value_kind:\s+(\w+)", ka.meta_text)
+    assert args == [("0", str(kd["args_bytes"]), "by_value")], args
+    assert int(meta[".kernarg_segment_size"]) == kd["args_bytes"], meta
     # Memory path: 16-byte buffer loads, 16-byte LDS traffic, address spaces resolved (no flat_*).
-    assert ka.count("buffer_load_dwordx4") > 0 and ka.count("global_load_dwordx4") == 0, ka.instructions
+    # (Operands come through buffer loads: the main-loop budget below allows no other 16-byte load.
+    # The 16-byte global loads outside them read the partial slots of shared tiles.)
+    assert ka.count("buffer_load_dwordx4") > 0 and ka.count("global_load_dwordx4") > 0, ka.instructions
     assert ka.count("ds_read_b128") > 0 and ka.count("ds_write_b128") > 0, ka.instructions
     assert ka.count("global_store_dwordx2") > 0, ka.instructions  # four bf16 columns per store
-    assert ka.count("global_store_dwordx4") > 0, ka.instructions  # four fp32 split-K partials per store
+    assert ka.count("global_store_dwordx4") > 0, ka.instructions  # four fp32 sums per partial-slot store
+    # Stream-K hand-off: one ticket per shared tile (atomic add with return), the slots released
+    # and acquired at agent scope (L2 write-back / invalidate: the XCDs' L2s are not coherent).
+    assert ka.count("global_atomic_add") > 0, ka.instructions
+    assert ka.count("buffer_wbl2") > 0 and ka.count("buffer_inv") > 0, ka.instructions
     assert ka.count("flat_") == 0, ka.instructions
     assert ka.count("s_barrier") >= 2
 
 
 def test_helper_kernels_have_no_scratch(launcher_asm):
     for sym, ka in launcher_asm.items():
-        if "pack_kernel" in sym or "reduce_kernel" in sym:
+        if "pack_kernel" in sym:
             assert int(ka.meta[".private_segment_fixed_size"]) == 0, sym
             assert int(ka.meta[".vgpr_spill_count"]) == 0, sym
             assert ka.count("scratch_") == 0 and ka.count("flat_") == 0, (sym, ka.instructions)
@@ -248,7 +260,7 @@ def test_helper_kernels_have_no_scratch(launcher_asm):
 
 def test_no_unexpected_kernels(launcher_asm):
     for sym in launcher_asm:
-        assert rocm_asm.gemm_symbol_id(sym) is not None or "pack_kernel" in sym or "reduce_kernel" in sym, sym
+        assert rocm_asm.gemm_symbol_id(sym) is not None or "pack_kernel" in sym, sym
 
 
 # ---- activation quantization (act_quant_launcher.hip) ---------------------------------------------
@@ -326,17 +338,14 @@ def test_doc_tables_match_the_compiler(asm_text_cxx17, kernels, dispatch_tool):
     vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items() if rocm_asm.gemm_symbol_id(s) is not None}
     assert rocm_asm.doc_block("rocm_step_costs") == rocm_cost.render_step_table(kernels, counts, vgprs), (
         "gemm/docs/rocm_gfx942.md per-step cost table is stale: regenerate with python gemm/tests/rocm_cost.py")
-    bounds = _dispatched_bounds(dispatch_tool, kernels, counts, vgprs)
+    bounds, split = rocm_cost.model_tables(kernels, counts, vgprs, rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES))
     before = rocm_cost.baseline_bounds(rocm_cost.load_baseline())
-    assert rocm_asm.doc_block("rocm_bounds") == rocm_cost.render_bound_table(bounds, before), (
+    assert rocm_asm.doc_block("rocm_bounds") == rocm_cost.render_bound_table(bounds, before, split), (
         "gemm/docs/rocm_gfx942.md bound table is stale: regenerate with python gemm/tests/rocm_cost.py")
 
 
 def _dispatched_bounds(dispatch_tool, kernels, counts, vgprs):
-    by_id = {kd["id"]: kd for kd in kernels}
-    return [rocm_cost.shape_bound(s["m"], s["n"], s["k"], by_id[s["kernel"]], counts[s["kernel"]]["mn_major"],
-                                  s["split_k"], vgprs[s["kernel"]])
-            for s in rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES)]
+    return rocm_cost.model_tables(kernels, counts, vgprs, rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES))
 
 
 def test_tuned_entries_are_the_cost_models_choice(asm_text_cxx17, kernels, dispatch_tool):
@@ -349,20 +358,26 @@ def test_tuned_entries_are_the_cost_models_choice(asm_text_cxx17, kernels, dispa
     names = {kd["id"]: kd["name"] for kd in kernels}
     for sel in rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES):
         best = rocm_cost.best_candidate(sel["m"], sel["n"], sel["k"], kernels, counts, vgprs)
-        assert (names[sel["kernel"]], sel["split_k"]) == (best.kernel, best.split_k), (sel, best)
+        sk = best.config_sk_workgroups if best.config_sk_workgroups != best.workgroups else 0
+        assert (names[sel["kernel"]], sel["workgroups"], sel["sk_workgroups"]) == (best.kernel, best.config_workgroups, sk), (
+            sel, best)
 
 
 def test_estimated_bound_improves_on_the_baseline(asm_text_cxx17, kernels, dispatch_tool):
     """Geometric mean of the estimated bounds over the 18 shapes against the same model applied to
-    the baseline kernel's assembly (tests/data/gfx942_cost_baseline.json)."""
+    the baseline kernel's assembly (tests/data/gfx942_cost_baseline.json): at least a third lower,
+    and lower than the same kernels with split-K and a separate reduction pass."""
     text = asm_text_cxx17["gemm_launcher"]
     asm = rocm_asm.parse_assembly(text)
     counts = rocm_cost.main_loop_counts(text)
     vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items() if rocm_asm.gemm_symbol_id(s) is not None}
-    after = rocm_cost.geomean(b.bound_us for b in _dispatched_bounds(dispatch_tool, kernels, counts, vgprs))
+    bounds, split = _dispatched_bounds(dispatch_tool, kernels, counts, vgprs)
+    after = rocm_cost.geomean(b.bound_us for b in bounds)
+    with_reduction_pass = rocm_cost.geomean(b.bound_us for b in split)
     before = rocm_cost.geomean(b.bound_us for b in rocm_cost.baseline_bounds(rocm_cost.load_baseline()))
     sol = rocm_cost.geomean(rocm_asm.sol_us(*s)[0] for s in rocm_asm.BENCHMARK_SHAPES)
-    assert sol <= after <= 0.70 * before, (sol, after, before)
+    assert sol <= after <= before * 2 / 3, (sol, after, before)
+    assert after < with_reduction_pass, (after, with_reduction_pass)
 
 
 def test_baseline_file_holds_per_step_counts_for_the_18_shapes():

@@ -10,12 +10,20 @@
 //
 // DIR/problem.txt holds `key value` lines: m n k format (0 fnuz, 1 fn) and, for each tensor
 // a, b, a_scale, b_scale, out: <name>_storage (elements), <name>_offset (elements before the
-// first one), <name>_stride0, <name>_stride1; optionally `kernel <GemmKernelId>` and `split_k <s>`,
-// which replace the dispatch's choice (make_plan's test-only override). Inputs are DIR/<name>.bin
-// (storage bytes); the output storage is written to DIR/out.bin. One JSON line on stdout describes
-// the plan executed (per pass: kernel, grid, and for the GEMM pass its main loop, K blocks per
-// split and epilogue; for a pack pass its load mode) and the emulator's counters. Exit 0 ok,
-// 2 emulated kernel fault, 1 bad input / plan refusal.
+// first one), <name>_stride0, <name>_stride1; optionally `kernel <GemmKernelId>` with either
+// `split_k <s>` (tiles x s workgroups; 1: one per tile) or `workgroups <W>` (and optionally
+// `sk_workgroups <Wsk>`: GemmConfig), which replace the dispatch's choice (make_plan's test-only
+// override); optionally the order in which
+// the GEMM pass starts its workgroups (which one arrives last at a shared tile): `wg_rotate <r>`
+// (linear ids r, r+1, ..., wrapping) or `wg_shuffle <seed>` (a seeded random permutation).
+// Inputs are DIR/<name>.bin (storage bytes); the output storage is written to DIR/out.bin. One
+// JSON line on stdout describes the plan executed (per pass: kernel, grid, and for the GEMM pass
+// its main loop, K blocks, workgroups (0: one per tile), stream-K tiles and workgroups, tiles,
+// whether a run spans tiles, the longest run of K blocks of one tile in one workgroup, whether
+// tiles are shared, and the epilogue; for a pack pass its load mode; for the zero pass its bytes),
+// the emulator's counters and, per shared tile, the workgroups that took its ticket in order.
+// Exit 0 ok, 2 emulated kernel fault, 1 bad input / plan refusal.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -23,6 +31,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -94,13 +104,34 @@ Tensor make_tensor(const std::map<std::string, int64_t>& kv, const std::string& 
 const char* pass_name(const Pass& pass) {
   switch (pass.kind) {
     case PassKind::kPack: return "pack_body";
-    case PassKind::kReduce: return "reduce_body";
+    case PassKind::kZero: return "zero";
     default: return kernel_shape(pass.gemm_kernel).name;
   }
 }
 
-const char* epilogue_name(const GemmArgs& g) {
-  return g.split_k > 1 ? "partials" : g.out_vector_ok ? "vector" : "strided";
+const char* epilogue_name(const GemmArgs& g) { return g.out_vector_ok ? "vector" : "strided"; }
+
+// Does some workgroup's stream-K run cover more than one tile?
+bool runs_span_tiles(const GemmArgs& g) {
+  const int64_t iters = int64_t{g.sk_tiles} * g.k_blocks;
+  for (int64_t v = 0; v < g.sk_workgroups; ++v)
+    if (stream_begin<int64_t>(v, iters, g.sk_workgroups) / g.k_blocks !=
+        (stream_begin<int64_t>(v + 1, iters, g.sk_workgroups) - 1) / g.k_blocks)
+      return true;
+  return false;
+}
+
+// The longest run of K blocks of one tile inside one workgroup (the main loop's trip count).
+int64_t longest_tile_run(const GemmArgs& g) {
+  if (g.sk_workgroups == 0 || g.sk_tiles < int64_t{g.tiles_m} * g.tiles_n) return g.k_blocks;  // a whole tile
+  const int64_t iters = int64_t{g.sk_tiles} * g.k_blocks;
+  int64_t best = 0;
+  for (int64_t v = 0; v < g.sk_workgroups; ++v) {
+    const int64_t b = stream_begin<int64_t>(v, iters, g.sk_workgroups), e = stream_begin<int64_t>(v + 1, iters, g.sk_workgroups);
+    for (int64_t t = b / g.k_blocks; t <= (e - 1) / g.k_blocks; ++t)
+      best = std::max(best, std::min(e, (t + 1) * g.k_blocks) - std::max(b, t * g.k_blocks));
+  }
+  return best;
 }
 
 const char* pack_mode_name(PackMode m) {
@@ -117,8 +148,14 @@ std::string pass_json(const Pass& pass) {
     << pass.grid[2] << "], \"threads\": " << pass.block_threads << ", \"lds_bytes\": " << pass.lds_bytes;
   if (pass.kind == PassKind::kGemm)
     o << ", \"loop\": \"" << (pass.gemm.a_mn_major ? "mn_major" : "k_major") << "\", \"k_blocks\": " << pass.gemm.k_blocks
-      << ", \"kb_per_split\": " << pass.gemm.kb_per_split << ", \"epilogue\": \"" << epilogue_name(pass.gemm) << "\"";
+      << ", \"workgroups\": " << pass.gemm.workgroups << ", \"sk_tiles\": " << pass.gemm.sk_tiles
+      << ", \"sk_workgroups\": " << pass.gemm.sk_workgroups << ", \"tiles\": " << int64_t{pass.gemm.tiles_m} * pass.gemm.tiles_n
+      << ", \"runs_span_tiles\": " << (runs_span_tiles(pass.gemm) ? "true" : "false")
+      << ", \"longest_tile_run\": " << longest_tile_run(pass.gemm)
+      << ", \"shared_tiles\": " << (pass.gemm.tile_counters != nullptr ? "true" : "false") << ", \"epilogue\": \""
+      << epilogue_name(pass.gemm) << "\"";
   if (pass.kind == PassKind::kPack) o << ", \"mode\": \"" << pack_mode_name(pass.pack.mode) << "\"";
+  if (pass.kind == PassKind::kZero) o << ", \"bytes\": " << pass.zero.bytes;
   o << "}";
   return o.str();
 }
@@ -133,7 +170,16 @@ int run(const std::string& dir, bool plan_only) {
   GemmConfig forced{};
   const GemmConfig* override_config = nullptr;
   if (kv.count("kernel")) {
-    forced = GemmConfig{static_cast<GemmKernelId>(need(kv, "kernel")), static_cast<int>(need(kv, "split_k"))};
+    const auto id = static_cast<GemmKernelId>(need(kv, "kernel"));
+    if (static_cast<int>(id) < 0 || static_cast<int>(id) >= kNumGemmKernels) throw std::runtime_error("bad kernel id");
+    int64_t wgs = 0, sk_wgs = kv.count("sk_workgroups") ? need(kv, "sk_workgroups") : 0;
+    if (kv.count("workgroups")) {
+      wgs = need(kv, "workgroups");
+    } else {
+      const int64_t split = need(kv, "split_k");
+      wgs = split > 1 ? tile_count(kernel_shape(id), p.m, p.n) * split : 0;
+    }
+    forced = GemmConfig{id, static_cast<int32_t>(wgs), static_cast<int32_t>(sk_wgs)};
     override_config = &forced;
   }
   const bool load = !plan_only;
@@ -169,33 +215,46 @@ int run(const std::string& dir, bool plan_only) {
   for (int i = 0; i < plan.num_passes; ++i) passes << (i ? ", " : "") << pass_json(plan.passes[i]);
   if (plan_only) {
     const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
-    std::printf("{\"tuned\": %s, \"kernel\": \"%s\", \"split_k\": %d, \"passes\": [%s]}\n",
-                plan.tuned ? "true" : "false", ks.name, plan.config.split_k, passes.str().c_str());
+    std::printf("{\"tuned\": %s, \"kernel\": \"%s\", \"config_workgroups\": %d, \"config_sk_workgroups\": %d, "
+                "\"passes\": [%s]}\n",
+                plan.tuned ? "true" : "false", ks.name, plan.config.workgroups, plan.config.sk_workgroups,
+                passes.str().c_str());
     return 0;
   }
 
   for (int i = 0; i < plan.num_passes; ++i) {
     const Pass& pass = plan.passes[i];
     const simt::Dim3 grid{pass.grid[0], pass.grid[1], pass.grid[2]};
+    std::vector<int64_t> order;  // GEMM pass: the workgroup start order asked for (empty: linear)
+    const int64_t n_wg = int64_t{pass.grid[0]} * pass.grid[1] * pass.grid[2];
+    if (pass.kind == PassKind::kGemm && (kv.count("wg_rotate") || kv.count("wg_shuffle"))) {
+      order.resize(static_cast<size_t>(n_wg));
+      std::iota(order.begin(), order.end(), int64_t{0});
+      if (kv.count("wg_rotate"))
+        std::rotate(order.begin(), order.begin() + (need(kv, "wg_rotate") % n_wg), order.end());
+      else
+        std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<uint64_t>(need(kv, "wg_shuffle"))));
+    }
     const int threads = static_cast<int>(pass.block_threads);
     switch (pass.kind) {
       case PassKind::kPack:
         simt::launch(grid, threads, pass.lds_bytes, [](const PackArgs& args) { pack_body(args); }, pass.pack,
                      pass_name(pass));
         break;
-      case PassKind::kReduce:
-        simt::launch(grid, threads, pass.lds_bytes, [](const ReduceArgs& args) { reduce_body(args); }, pass.reduce,
-                     pass_name(pass));
+      case PassKind::kZero:  // hipMemsetAsync on the GPU: a host memset between two launches here
+        std::memset(pass.zero.dst, 0, pass.zero.bytes);
         break;
       case PassKind::kGemm: {
         const bool known = visit_gemm_kernel(pass.gemm_kernel, [&](auto cfg) {
           using Cfg = decltype(cfg);
           if (static_cast<int>(pass.block_threads) != Cfg::kThreads || static_cast<int>(pass.lds_bytes) != Cfg::kLdsBytes)
             throw std::runtime_error("plan's launch geometry disagrees with the kernel configuration");
-          if constexpr (((FP8GEMM_EMU_KERNELS >> static_cast<int>(Cfg::kShape.id)) & 1) != 0)
+          if constexpr (((FP8GEMM_EMU_KERNELS >> static_cast<int>(Cfg::kShape.id)) & 1) != 0) {
+            simt::options().workgroup_order = order;
             simt::launch(grid, threads, pass.lds_bytes, [](const GemmArgs& args) { gemm_body<Cfg>(args); }, pass.gemm,
                          pass_name(pass));
-          else
+            simt::options().workgroup_order.clear();
+          } else
             throw std::runtime_error(std::string("this driver was built without kernel ") + Cfg::kShape.name);
         });
         if (!known) throw std::runtime_error("plan names an unknown GEMM kernel");
@@ -210,17 +269,27 @@ int run(const std::string& dir, bool plan_only) {
   }
   const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
   auto& st = simt::stats();
+  // Per stream-K tile ticket (in tile order): the workgroups that took it, in arrival order.
+  std::ostringstream tickets;
+  for (const auto& [addr, wgs] : simt::atomic_history()) {
+    tickets << (tickets.tellp() > 0 ? ", [" : "[");
+    for (size_t i = 0; i < wgs.size(); ++i) tickets << (i ? ", " : "") << wgs[i];
+    tickets << "]";
+    (void)addr;
+  }
   std::printf(
-      "{\"tuned\": %s, \"kernel\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"mfma\": %d, \"split_k\": %d, "
+      "{\"tuned\": %s, \"kernel\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"mfma\": %d, \"config_workgroups\": %d, \"config_sk_workgroups\": %d, "
       "\"pack_a\": %s, \"pack_b\": %s, \"workspace_bytes\": %zu, \"passes\": [%s], \"mfma16\": %llu, "
-      "\"mfma32\": %llu, \"barriers\": %llu, \"workgroups\": %llu, \"lds_bytes_read\": %llu, "
-      "\"global_bytes_read\": %llu}\n",
-      plan.tuned ? "true" : "false", ks.name, ks.block_m, ks.block_n, ks.mfma, plan.config.split_k,
+      "\"mfma32\": %llu, \"barriers\": %llu, \"workgroups\": %llu, \"atomics\": %llu, \"lds_bytes_read\": %llu, "
+      "\"global_bytes_read\": %llu, \"tickets\": [%s]}\n",
+      plan.tuned ? "true" : "false", ks.name, ks.block_m, ks.block_n, ks.mfma, plan.config.workgroups,
+      plan.config.sk_workgroups,
       plan.pack_a ? "true" : "false", plan.pack_b ? "true" : "false", plan.workspace_bytes, passes.str().c_str(),
       static_cast<unsigned long long>(st.mfma16.load()), static_cast<unsigned long long>(st.mfma32.load()),
       static_cast<unsigned long long>(st.barriers.load()), static_cast<unsigned long long>(st.workgroups.load()),
+      static_cast<unsigned long long>(st.atomics.load()),
       static_cast<unsigned long long>(st.lds_bytes_read.load()),
-      static_cast<unsigned long long>(st.global_bytes_read.load()));
+      static_cast<unsigned long long>(st.global_bytes_read.load()), tickets.str().c_str());
   return 0;
 }
 
@@ -231,8 +300,8 @@ int main(int argc, char** argv) {
     if (argc == 5 && std::string(argv[1]) == "--select") {
       const int64_t m = std::atoll(argv[2]), n = std::atoll(argv[3]), k = std::atoll(argv[4]);
       const GemmConfig c = select_config(m, n, k);
-      std::printf("{\"tuned\": %s, \"kernel\": \"%s\", \"split_k\": %d}\n", is_tuned_shape(m, n, k) ? "true" : "false",
-                  kernel_shape(c.kernel).name, c.split_k);
+      std::printf("{\"tuned\": %s, \"kernel\": \"%s\", \"config_workgroups\": %d, \"config_sk_workgroups\": %d}\n",
+                  is_tuned_shape(m, n, k) ? "true" : "false", kernel_shape(c.kernel).name, c.workgroups, c.sk_workgroups);
       return 0;
     }
     if (argc == 2 && std::string(argv[1]) == "--kernels") {

@@ -86,6 +86,31 @@ inline void global_store(T* p, const T& v, std::source_location site = std::sour
   std::memcpy(static_cast<void*>(p), &v, sizeof(T));
 }
 
+// The launch's argument object (launch(..., body, args)); T must be its type (checked by size).
+template <class T>
+inline T kernel_arg(std::source_location site = std::source_location::current()) {
+  static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are PODs");
+  simt_detail::Lane& l = simt_detail::current_lane("kernel_arg");
+  const simt_detail::LaunchState& ls = *l.wg->launch;
+  if (ls.args == nullptr || ls.args_size != sizeof(T))
+    simt_detail::fault("kernel_arg<T>() with sizeof(T) = " + std::to_string(sizeof(T)) + " but the launch's argument has " +
+                       std::to_string(ls.args_size) + " bytes at " + simt_detail::site_str(site));
+  T v;
+  std::memcpy(static_cast<void*>(&v), ls.args, sizeof(T));
+  return v;
+}
+
+// Agent-scope synchronisation between workgroups (the hand-off model of simt_runtime.h).
+inline uint32_t atomic_add_agent(uint32_t* p, uint32_t v, std::source_location site = std::source_location::current()) {
+  return simt_detail::atomic_add_u32(p, v, site);
+}
+inline void fence_release_agent(std::source_location site = std::source_location::current()) {
+  simt_detail::fence_release(site);
+}
+inline void fence_acquire_agent(std::source_location site = std::source_location::current()) {
+  simt_detail::fence_acquire(site);
+}
+
 // v_perm_b32 for selectors 0..7 (the only ones the kernels use): byte i of the result is byte
 // sel_i of the 8-byte value hi:lo.
 inline uint32_t perm(uint32_t hi, uint32_t lo, uint32_t sel, std::source_location site = std::source_location::current()) {

@@ -16,7 +16,17 @@
 //   * global memory: every access must lie inside a buffer registered for the process
 //     (device_alloc / register_buffer), stores only into writable ones; writes are race checked
 //     per byte (two workgroups writing a byte, or a byte read by a workgroup other than the one
-//     that wrote it during the same launch, or two lanes of one workgroup without a barrier).
+//     that wrote it during the same launch unless an atomic hand-off orders them (below), or two
+//     lanes of one workgroup without a barrier).
+//   * atomics and agent-scope fences (acquire/release, as HIP's __hip_atomic_* at agent scope):
+//     a write of workgroup W is visible to a lane of workgroup R only through this chain: the
+//     writing lane's release fence; a barrier of W; an atomic read-modify-write of W on location X
+//     (or the writing lane's own atomic on X); an atomic of R on X after it; a barrier of R; the
+//     reading lane's acquire fence (or the reading lane's own atomic). Anything less is reported
+//     as a read race. Plain and atomic accesses to the same bytes in one launch are reported too.
+//   * workgroup order: workgroups are taken in linear order, or in Options::workgroup_order (a
+//     permutation); with one worker thread they run one after another in that order, which is
+//     how the tests choose which workgroup arrives last at an atomic.
 //   * failure: any violation, a deadlock (no fiber can run but not all returned), a wave that
 //     diverges around a collective, or the wall-clock timeout ends the launch with a KernelError
 //     naming kernel, workgroup, wave and lane. A SIGSEGV inside a fiber (wild pointer, stack
@@ -40,6 +50,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <source_location>
@@ -74,6 +85,9 @@ struct Options {
   double timeout_s = 0;             // per launch; 0: env FP8GEMM_SIMT_TIMEOUT_S or 300
   size_t fiber_stack_bytes = 256 * 1024;
   bool lds_uninitialized_read_is_error = true;
+  // Order in which workgroups (linear ids, x fastest) are started: empty = 0, 1, 2, ...; else a
+  // permutation of the grid's linear ids (checked at launch).
+  std::vector<int64_t> workgroup_order;
 };
 
 inline Options& options() {
@@ -85,13 +99,20 @@ inline Options& options() {
 // collectives really ran).
 struct LaunchStats {
   std::atomic<uint64_t> barriers{0}, mfma16{0}, mfma32{0}, shfl{0}, lds_bytes_read{0}, lds_bytes_written{0},
-      global_bytes_read{0}, global_bytes_written{0}, workgroups{0};
+      global_bytes_read{0}, global_bytes_written{0}, workgroups{0}, atomics{0};
   // Global accesses of 16 bytes (dwordx4 loads) and of 8 bytes (dwordx2 stores): which path ran.
   std::atomic<uint64_t> global_loads_16_bytes{0}, global_stores_8_bytes{0};
 };
 inline LaunchStats& stats() {
   static LaunchStats s;
   return s;
+}
+
+// The atomics of the last launch: per location (address), the linear ids of the workgroups that
+// accessed it, in the order the accesses happened (which one arrived last at a stream-K tile).
+inline std::map<uintptr_t, std::vector<int64_t>>& atomic_history() {
+  static std::map<uintptr_t, std::vector<int64_t>> h;
+  return h;
 }
 
 namespace detail {
@@ -243,6 +264,12 @@ struct Lane {
   int shfl_value = 0, shfl_src = 0, shfl_result = 0;
   size_t cached_buffer = 0;  // index of the last global buffer hit
   uint32_t access_count = 0;
+  // Agent-scope release fences: the lane's global writes in barrier epochs <= rel_cov are covered
+  // by its last fence (executed in epoch rel_epoch; a later write in that same epoch lowers the
+  // coverage to the epoch before); prev_rel_cov is the coverage of the fence before that one.
+  uint32_t rel_epoch = 0, rel_cov = 0, prev_rel_cov = 0;
+  // Acquisitions of its workgroup (Workgroup::acquired[0, acquired)) this lane has acquired.
+  size_t acquired = 0;
 };
 
 struct Wave {
@@ -263,6 +290,16 @@ constexpr uint16_t kManyReaders = 0xffff;
 
 struct LaunchState;
 
+// What an atomic location publishes: per workgroup (linear id) the barrier epoch up to which each
+// of its threads' global writes are released (0: none).
+using Published = std::map<int64_t, std::vector<uint32_t>>;
+
+struct Acquisition {
+  uint32_t epoch;  // barrier epoch of the acquiring atomic
+  int tid;         // the lane that executed it
+  Published seen;  // what the location had published when it was read
+};
+
 struct Workgroup {
   LaunchState* launch = nullptr;
   int64_t x = 0, y = 0, z = 0, linear = 0;
@@ -276,6 +313,7 @@ struct Workgroup {
   int barrier_arrived = 0;
   std::source_location barrier_site;
   int done = 0;
+  std::vector<Acquisition> acquired;  // atomics of this workgroup, in execution order
   bool failed = false;
   std::string error;
   SchedulerContext* sched = nullptr;
@@ -287,6 +325,8 @@ struct LaunchState {
   int block_threads = 0;
   size_t lds_bytes = 0;
   std::function<void()> body;
+  const void* args = nullptr;  // the launch's argument object (arch::kernel_arg)
+  size_t args_size = 0;
   std::vector<Buffer*> buffers;  // registry snapshot (frozen during the launch)
   std::atomic<int64_t> next_wg{0};
   std::atomic<bool> cancel{false};
@@ -295,6 +335,9 @@ struct LaunchState {
   std::chrono::steady_clock::time_point deadline;
   double timeout_s = 0;
   std::mutex shadow_mu;
+  std::vector<int64_t> order;                 // workgroup start order (empty: linear)
+  std::mutex atomic_mu;                       // atomics are serialised (with what they publish)
+  std::map<uintptr_t, Published> published;   // per atomic location (its first byte)
 };
 
 inline thread_local Lane* tl_lane = nullptr;
@@ -523,6 +566,8 @@ inline void run_workgroup(Workgroup& wg) {
     l.lane = t % kWaveSize;
     l.state = LaneState::kRunnable;
     l.cached_buffer = 0;
+    l.rel_epoch = l.rel_cov = l.prev_rel_cov = 0;
+    l.acquired = 0;
     init_fiber(l);
   }
   LaunchState& ls = *wg.launch;
@@ -699,6 +744,25 @@ inline uint64_t writer_record(const Lane& l) {
          (l.wg->epoch & 0xffffu);
 }
 
+// Shadow value of bytes accessed by atomics in this launch.
+constexpr uint64_t kAtomicRecord = ~uint64_t{0};
+
+// Is the write recorded as `w` visible to lane l of another workgroup through an atomic hand-off?
+// (See the model at the top: the writer's release fence before an atomic of its workgroup, an
+// atomic of l's workgroup that read what it published, and l's acquire fence or own atomic.)
+inline bool handed_off(const Lane& l, uint64_t w) {
+  const int64_t writer_wg = static_cast<int64_t>(w >> 32) - 1;
+  const size_t writer_tid = (w >> 16) & 0xffff;
+  const uint32_t epoch = w & 0xffff;
+  const std::vector<Acquisition>& acq = l.wg->acquired;
+  for (size_t i = 0; i < acq.size(); ++i) {
+    if (i >= l.acquired && acq[i].tid != l.tid) continue;
+    const auto it = acq[i].seen.find(writer_wg);
+    if (it != acq[i].seen.end() && writer_tid < it->second.size() && it->second[writer_tid] >= epoch) return true;
+  }
+  return false;
+}
+
 inline std::string describe_writer(uint64_t w) {
   std::ostringstream o;
   o << "workgroup #" << ((w >> 32) - 1) << " thread " << ((w >> 16) & 0xffff);
@@ -706,7 +770,7 @@ inline std::string describe_writer(uint64_t w) {
 }
 
 inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool write,
-                         const std::source_location& site) {
+                         const std::source_location& site, bool atomic = false) {
   check_deadline(l);
   LaunchState& ls = *l.wg->launch;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -725,7 +789,7 @@ inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool
       }
     }
   }
-  const char* kind = write ? "global store" : "global load";
+  const char* kind = atomic ? "global atomic" : write ? "global store" : "global load";
   if (buf == nullptr) {
     std::ostringstream o;
     o << kind << " of " << size << " bytes at " << p << " is outside every registered buffer";
@@ -750,12 +814,19 @@ inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool
   }
   if (write && !buf->writable) {
     std::ostringstream o;
-    o << "global store into read-only buffer '" << buf->name << "' at offset " << (a - buf->begin) << " at "
+    o << kind << " into read-only buffer '" << buf->name << "' at offset " << (a - buf->begin) << " at "
       << site_str(site);
     fault(o.str());
   }
   const size_t off = a - buf->begin;
   std::atomic<uint64_t>* shadow = buf->shadow.load(std::memory_order_acquire);
+  auto mixed = [&](size_t i) {
+    std::ostringstream o;
+    o << kind << " of offset " << off + i << " of buffer '" << buf->name << "' (" << site_str(site)
+      << (atomic ? ") which a plain store wrote in this launch" : ") which atomics access in this launch")
+      << " (plain and atomic accesses to the same bytes)";
+    fault(o.str());
+  };
   if (write) {
     if (shadow == nullptr) {
       std::lock_guard<std::mutex> g(ls.shadow_mu);
@@ -767,9 +838,19 @@ inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool
         buf->shadow.store(shadow, std::memory_order_release);
       }
     }
+    if (atomic) {
+      for (size_t i = 0; i < size; ++i) {
+        const uint64_t prev = shadow[off + i].exchange(kAtomicRecord, std::memory_order_relaxed);
+        if (prev != 0 && prev != kAtomicRecord) mixed(i);
+      }
+      return;
+    }
+    // A write after this lane's release fence in the same barrier epoch is not covered by it.
+    if (l.rel_epoch == l.wg->epoch) l.rel_cov = l.wg->epoch - 1;
     const uint64_t me = writer_record(l);
     for (size_t i = 0; i < size; ++i) {
       const uint64_t prev = shadow[off + i].exchange(me, std::memory_order_relaxed);
+      if (prev == kAtomicRecord) mixed(i);
       if (prev == 0 || prev == me) continue;
       const bool same_wg = (prev >> 32) == (me >> 32);
       const bool same_thread = same_wg && ((prev >> 16) & 0xffff) == ((me >> 16) & 0xffff);
@@ -790,14 +871,16 @@ inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool
       for (size_t i = 0; i < size; ++i) {
         const uint64_t prev = shadow[off + i].load(std::memory_order_relaxed);
         if (prev == 0) continue;
+        if (prev == kAtomicRecord) mixed(i);
         const bool same_wg = (prev >> 32) == (me >> 32);
         const bool same_thread = same_wg && ((prev >> 16) & 0xffff) == ((me >> 16) & 0xffff);
-        const bool ordered = same_wg && (prev & 0xffff) != (me & 0xffff);
+        const bool ordered = same_wg ? (prev & 0xffff) != (me & 0xffff) : handed_off(l, prev);
         if (!same_thread && !ordered) {
           std::ostringstream o;
           o << "global read race: load of offset " << off + i << " of buffer '" << buf->name << "' ("
             << site_str(site) << ") which " << describe_writer(prev)
-            << (same_wg ? " wrote with no barrier in between" : " wrote in this launch (no ordering between workgroups)");
+            << (same_wg ? " wrote with no barrier in between"
+                        : " wrote in this launch with no release fence / atomic / acquire fence hand-off to this lane");
           fault(o.str());
         }
       }
@@ -805,6 +888,60 @@ inline void global_check(Lane& l, const void* p, size_t size, size_t align, bool
     stats().global_bytes_read.fetch_add(size, std::memory_order_relaxed);
     if (size == 16) stats().global_loads_16_bytes.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Atomics and agent-scope fences (the model at the top of this file).
+
+inline void check_sync_epoch(const Lane& l, const char* what, const std::source_location& site) {
+  // Writer records keep 16 bits of the barrier epoch; hand-offs compare them, so they must not wrap.
+  if (l.wg->epoch >= 0xffffu)
+    fault(std::string(what) + " after 65534 barriers in one workgroup: the race checker's epochs would wrap (" +
+          site_str(site) + ")");
+}
+
+inline void fence_release(const std::source_location& site) {
+  Lane& l = current_lane("fence_release_agent");
+  check_sync_epoch(l, "release fence", site);
+  if (l.rel_epoch != l.wg->epoch) l.prev_rel_cov = l.rel_cov;
+  l.rel_epoch = l.wg->epoch;
+  l.rel_cov = l.wg->epoch;
+}
+
+inline void fence_acquire(const std::source_location& site) {
+  Lane& l = current_lane("fence_acquire_agent");
+  check_sync_epoch(l, "acquire fence", site);
+  // Atomics of other lanes of the workgroup are ordered before this fence by a barrier.
+  const std::vector<Acquisition>& acq = l.wg->acquired;
+  while (l.acquired < acq.size() && acq[l.acquired].epoch < l.wg->epoch) ++l.acquired;
+}
+
+// Atomic fetch-add on a 32-bit global word, acquire-release at agent scope: releases what the
+// workgroup's release fences (ordered before it by a barrier) and this lane's program order cover,
+// and acquires everything released to this location so far.
+inline uint32_t atomic_add_u32(uint32_t* p, uint32_t v, const std::source_location& site) {
+  Lane& l = current_lane("atomic_add_agent");
+  check_sync_epoch(l, "atomic", site);
+  global_check(l, p, sizeof(uint32_t), sizeof(uint32_t), true, site, /*atomic=*/true);
+  Workgroup& wg = *l.wg;
+  LaunchState& ls = *wg.launch;
+  std::lock_guard<std::mutex> g(ls.atomic_mu);
+  uint32_t old;
+  std::memcpy(&old, p, sizeof old);
+  const uint32_t sum = old + v;
+  std::memcpy(p, &sum, sizeof sum);
+  Published& pub = ls.published[reinterpret_cast<uintptr_t>(p)];
+  std::vector<uint32_t>& mine = pub[wg.linear];
+  mine.resize(static_cast<size_t>(wg.n_lanes), 0);
+  for (int t = 0; t < wg.n_lanes; ++t) {
+    const Lane& o = (*wg.lanes)[static_cast<size_t>(t)];
+    const uint32_t cov = t == l.tid ? wg.epoch : o.rel_epoch < wg.epoch ? o.rel_cov : o.prev_rel_cov;
+    mine[static_cast<size_t>(t)] = std::max(mine[static_cast<size_t>(t)], cov);
+  }
+  wg.acquired.push_back(Acquisition{wg.epoch, l.tid, pub});
+  atomic_history()[reinterpret_cast<uintptr_t>(p)].push_back(wg.linear);
+  stats().atomics.fetch_add(1, std::memory_order_relaxed);
+  return old;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -893,8 +1030,9 @@ inline void worker_impl(LaunchState& ls) {
   try {
     for (;;) {
       if (ls.cancel.load(std::memory_order_relaxed)) break;
-      const int64_t i = ls.next_wg.fetch_add(1);
-      if (i >= n_wg) break;
+      const int64_t next = ls.next_wg.fetch_add(1);
+      if (next >= n_wg) break;
+      const int64_t i = ls.order.empty() ? next : ls.order[static_cast<size_t>(next)];
       Workgroup wg;
       wg.launch = &ls;
       wg.linear = i;
@@ -1021,6 +1159,19 @@ void launch(const Grid& grid, int block_threads, size_t lds_bytes, Body body, co
   if (lds_bytes > kMaxLdsBytes)
     fail("needs " + std::to_string(lds_bytes) + " bytes of LDS; gfx942 gives a workgroup at most 65536");
   ls.body = [&] { body(args); };
+  ls.args = &args;
+  ls.args_size = sizeof(Args);
+  const int64_t n_wg_total = ls.grid.x * ls.grid.y * ls.grid.z;
+  if (!options().workgroup_order.empty()) {
+    ls.order = options().workgroup_order;
+    std::vector<bool> hit(static_cast<size_t>(n_wg_total), false);
+    bool ok = static_cast<int64_t>(ls.order.size()) == n_wg_total;
+    for (size_t i = 0; ok && i < ls.order.size(); ++i) {
+      ok = ls.order[i] >= 0 && ls.order[i] < n_wg_total && !hit[static_cast<size_t>(ls.order[i])];
+      if (ok) hit[static_cast<size_t>(ls.order[i])] = true;
+    }
+    if (!ok) fail("Options::workgroup_order is not a permutation of the grid's " + std::to_string(n_wg_total) + " workgroups");
+  }
   const double timeout = options().timeout_s > 0 ? options().timeout_s : detail::env_double("FP8GEMM_SIMT_TIMEOUT_S", 300);
   ls.timeout_s = timeout;
   ls.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
@@ -1032,6 +1183,7 @@ void launch(const Grid& grid, int block_threads, size_t lds_bytes, Body body, co
   }
   bool expected = false;
   if (!reg.launch_running.compare_exchange_strong(expected, true)) fail("another launch is running (launches are synchronous)");
+  atomic_history().clear();
   struct Unfreeze {
     detail::Registry& r;
     std::vector<detail::Buffer*>& bufs;

@@ -300,6 +300,55 @@ void fault_kernel(const FaultArgs& g) {
   }
 }
 
+// ---- hand-off between workgroups through an atomic ticket (the stream-K protocol) --------------
+// Every workgroup writes its part, releases it and takes a ticket; the last one acquires and sums
+// all parts. The modes leave out one step each (the emulator must report the read race) or touch
+// the ticket with a plain load (reported as mixed plain/atomic access).
+enum HandoffMode { kHandoffOk, kNoRelease, kNoAcquire, kNoBarrier, kPlainTicket, kNumHandoffModes };
+const char* const kHandoffFaults[kNumHandoffModes] = {"", "handoff-no-release", "handoff-no-acquire",
+                                                      "handoff-no-barrier", "handoff-plain-ticket"};
+
+struct HandoffArgs {
+  float* parts;      // [workgroups][256]
+  uint32_t* ticket;  // zeroed by the host
+  float* out;        // [256]: written by the last workgroup
+  int mode;
+};
+
+void handoff_kernel(const HandoffArgs& g) {
+  const int tid = arch::thread_id(), wg = arch::block_id_x(), n = arch::grid_dim_x();
+  uint32_t* const flag = reinterpret_cast<uint32_t*>(arch::lds_base());
+  arch::global_store(g.parts + wg * 256 + tid, static_cast<float>(wg * 1000 + tid));
+  if (g.mode != kNoRelease) arch::fence_release_agent();
+  if (g.mode != kNoBarrier) arch::barrier();
+  if (tid == 0) arch::lds_store(flag, arch::atomic_add_agent(g.ticket, 1u));
+  arch::barrier();
+  const bool last = arch::lds_load(flag) == static_cast<uint32_t>(n - 1);
+  if (g.mode == kPlainTicket && tid == 1) (void)arch::global_load(g.ticket);
+  if (!last) return;
+  if (g.mode != kNoAcquire) arch::fence_acquire_agent();
+  float sum = 0.f;
+  for (int w = 0; w < n; ++w) sum += arch::global_load(g.parts + w * 256 + tid);
+  arch::global_store(g.out + tid, sum);
+}
+
+void launch_handoff(int workgroups, int mode, const std::vector<int64_t>& order, const std::string& name) {
+  HandoffArgs g{};
+  g.mode = mode;
+  g.parts = static_cast<float*>(simt::device_alloc(sizeof(float) * 256 * workgroups, "parts"));
+  g.ticket = static_cast<uint32_t*>(simt::device_alloc(sizeof(uint32_t), "ticket", true, 0));
+  g.out = static_cast<float*>(simt::device_alloc(sizeof(float) * 256, "out"));
+  simt::options().workgroup_order = order;
+  simt::launch(simt::Dim3{workgroups, 1, 1}, 256, 16, handoff_kernel, g, name);
+  simt::options().workgroup_order.clear();
+  // The sums (exact: integers below 2^24), then the order the tickets were taken in.
+  for (int t = 0; t < 256; ++t) std::printf("%s%.0f", t ? " " : "", static_cast<double>(g.out[t]));
+  std::printf("\n");
+  for (const auto& [addr, wgs] : simt::atomic_history())
+    for (size_t i = 0; i < wgs.size(); ++i) std::printf("%s%lld", i ? " " : "", static_cast<long long>(wgs[i]));
+  std::printf("\n");
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) throw std::runtime_error("usage: simt_selftest MODE ...");
   const std::string mode = argv[1];
@@ -385,8 +434,21 @@ int run(int argc, char** argv) {
     write_file(dir + "/out.bin", g.out, sizeof(float) * 2 * blocks);
     return 0;
   }
+  if (mode == "handoff") {  // handoff WORKGROUPS [ORDER...]: the sums, then the ticket order
+    std::vector<int64_t> order;
+    for (int i = 3; i < argc; ++i) order.push_back(std::atoll(argv[i]));
+    launch_handoff(std::atoi(argv[2]), kHandoffOk, order, "handoff");
+    return 0;
+  }
   if (mode == "fault") {  // fault NAME: must end with a located report
     const std::string name = argv[2];
+    for (int i = 1; i < kNumHandoffModes; ++i)
+      if (name == kHandoffFaults[i]) {
+        simt::options().threads = 1;  // one after another: workgroup 2 is the last, and reads
+        launch_handoff(3, i, {0, 1, 2}, "fault_" + name);
+        std::printf("fault kernel %s completed without a report\n", name.c_str());
+        return 0;
+      }
     FaultArgs g{};
     g.mode = -1;
     for (int i = 0; i < kNumFaults; ++i)
