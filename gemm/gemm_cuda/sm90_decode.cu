@@ -12,7 +12,6 @@
 // (distributed shared memory) and stores bf16.
 #include "sm90_decode.h"
 
-#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -284,16 +283,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
 // Host side
 // ------------------------------------------------------------------------------------------------
 template <class C>
-cudaError_t enable_smem(int dev) {
-  static std::atomic<bool> done[64] = {};
-  if (dev < 64 && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(fp8_decode_gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  if (e == cudaSuccess && dev < 64) done[dev].store(true, std::memory_order_release);
-  return e;
-}
-
-template <class C>
 cudaError_t launch(const DecodeArgs& a, cudaStream_t stream) {
   CUtensorMap map_w, map_x;
   if (!make_map_2d(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BW, kBlockK,
@@ -303,7 +292,7 @@ cudaError_t launch(const DecodeArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
-  if (const cudaError_t e = enable_smem<C>(dev); e != cudaSuccess) return e;
+  if (const cudaError_t e = opt_in_dynamic_smem<fp8_decode_gemm_kernel<C>>(dev, C::kSmemBytes); e != cudaSuccess) return e;
 
   const int kb = (a.k + kBlockK - 1) / kBlockK;
   Params p{a.m,   a.n,         a.k,          a.sa,  a.sa_stride_m, a.sa_stride_kb, a.sb,

@@ -6,6 +6,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -179,6 +180,17 @@ inline bool make_map_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_byt
   const cuuint32_t estride[2] = {1, 1};
   return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Opts a kernel in to more than 48 KiB of dynamic shared memory, once per device (the attribute
+// belongs to the device context). One flag per kernel instantiation and device.
+template <auto Kernel>
+cudaError_t opt_in_dynamic_smem(int dev, int bytes) {
+  static std::atomic<bool> done[64] = {};
+  if (dev >= 0 && dev < 64 && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && dev >= 0 && dev < 64) done[dev].store(true, std::memory_order_release);
+  return e;
 }
 
 }  // namespace fp8gemm::cuda::sm90

@@ -20,7 +20,6 @@
 // from sm90::KernelArgs. Include from exactly one .cu per instantiation.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -575,18 +574,6 @@ cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_pre
   return lc;
 }
 
-// Opts the kernel in to > 48 KiB of dynamic shared memory, once per device (the attribute is per
-// device context).
-template <class C>
-cudaError_t enable_smem(int dev) {
-  static std::atomic<bool> done[64] = {};
-  if (dev < 64 && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(fp8_blockscaled_gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  if (e == cudaSuccess && dev < 64) done[dev].store(true, std::memory_order_release);
-  return e;
-}
-
 template <class C>
 cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cudaStream_t stream) {
   if (!can_implement<C>(a)) return cudaErrorInvalidValue;
@@ -616,7 +603,7 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
 
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
-  if (const cudaError_t e = enable_smem<C>(dev); e != cudaSuccess) return e;
+  if (const cudaError_t e = opt_in_dynamic_smem<fp8_blockscaled_gemm_kernel<C>>(dev, C::kSmemBytes); e != cudaSuccess) return e;
 
   Params p{a.m,        a.n,         a.k,       a.sfb,     a.sfb_ld, a.sfb_rows,
            a.alpha,    a.group > 1 ? a.group : 8,      sp.dp_items,

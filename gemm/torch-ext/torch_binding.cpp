@@ -5,7 +5,6 @@
 // Empty problems never reach a backend: M == 0 or N == 0 leaves the empty out untouched, and
 // K == 0 writes zeros (the empty sum), with scales of shape (M, 0) and (ceil(N/128), 0).
 #include <ATen/ATen.h>
-#include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
 #include <string>
