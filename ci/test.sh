@@ -13,6 +13,11 @@ export PYTHON=${PYTHON:-python3}
 
 # In CI every toolchain is installed by ci/setup.sh: a compile check must fail, not skip, when one is missing.
 export FP8GEMM_REQUIRE_HIP=1 CI_REQUIRE_NVCC=1
+# AMD's matrix instruction calculator output for the emulator's lane-table cross-check, where the
+# project's shared research folder sits beside the repository (it is not part of any kernel dir).
+if [ -z "${FP8GEMM_AMD_MFMA_DIR:-}" ] && [ -d ../shared/amd_mfma ]; then
+  export FP8GEMM_AMD_MFMA_DIR="$(cd ../shared/amd_mfma && pwd)"
+fi
 
 status=0
 for kernel in img2gray gemm; do

@@ -15,6 +15,7 @@ API:
     act_quant_ref(x, kind, static_scale=None) -> (q uint8 (M, K), scale float32 (M, G))
         x: float32 array (M, K); kind: "e4m3fn" or "e4m3fnuz"
     fp8_values(kind) -> float64 values of the codes 0..127 (NaN for e4m3fn's 0x7F)
+    special_values(dtype, device) -> a (6, 300) torch input of NaN, +-inf, zeros, -0 and overflowing groups
 """
 import numpy as np
 
@@ -76,3 +77,19 @@ def act_quant_ref(x, kind, static_scale=None):
             q[:, cols] = encode(quotient, neg, kind)
             scale[:, g] = s
     return q, scale
+
+
+def special_values(dtype, device="cpu"):
+    """(6, 300) groups with NaN, +-inf, all zeros, -0, a NaN next to an inf, values past the fp8 range."""
+    import torch  # only the test inputs need torch; the reference itself is NumPy
+
+    x = torch.randn(6, 300, generator=torch.Generator().manual_seed(1))
+    x[0, 17] = float("nan")
+    x[1, 5], x[1, 200] = float("inf"), float("-inf")
+    x[2, :128] = 0.0
+    x[2, 128:256] = -0.0
+    x[3, 10], x[3, 11] = float("inf"), float("nan")
+    x[4, 256:] = 0.0
+    x[4, 299] = -float("nan")
+    x[5] = x[5] * 1e30 if dtype != torch.float16 else x[5] * 1e4
+    return x.to(dtype).to(device)

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+from host_cxx import host_cxx
 from reference import (
     assert_close_challenge,
     assert_close_fp8_tensor_core,
@@ -38,7 +39,7 @@ def _sm90_available():
 def _emulation_skip_reason():
     if not sys.platform.startswith("linux"):
         return "the SIMT emulator needs Linux"
-    if not any(c and shutil.which(c) for c in (os.environ.get("CXX"), "g++", "clang++-19", "clang++")):
+    if host_cxx() is None:
         return "no C++ compiler"
     return None
 

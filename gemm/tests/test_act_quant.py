@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import gemm
-from act_quant_reference import FP8_MAX, act_quant_ref, encode, fp8_values
+from act_quant_reference import FP8_MAX, act_quant_ref, encode, fp8_values, special_values
 from gemm.layers import Fp8BlockLinear
 from reference import assert_close_fp8_tensor_core, reference_gemm
 
@@ -164,20 +164,6 @@ def test_strided_inputs(device, k):
                 check_quantized(x, q, scale, kind)
             except AssertionError as e:
                 raise AssertionError(f"{name}, {dtype}, {kind}: {e}") from None
-
-
-def special_values(dtype, device="cpu"):
-    """(6, 300) groups with NaN, +-inf, all zeros, -0, a NaN next to an inf, values past the fp8 range."""
-    x = torch.randn(6, 300, generator=torch.Generator().manual_seed(1))
-    x[0, 17] = float("nan")
-    x[1, 5], x[1, 200] = float("inf"), float("-inf")
-    x[2, :128] = 0.0
-    x[2, 128:256] = -0.0
-    x[3, 10], x[3, 11] = float("inf"), float("nan")
-    x[4, 256:] = 0.0
-    x[4, 299] = -float("nan")
-    x[5] = x[5] * 1e30 if dtype != torch.float16 else x[5] * 1e4
-    return x.to(dtype).to(device)
 
 
 @pytest.mark.parametrize("kind", FP8)

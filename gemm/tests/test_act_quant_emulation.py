@@ -12,7 +12,6 @@ Linux; no torch extension build, no GPU.
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 
@@ -20,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from act_quant_reference import act_quant_ref, fp8_values
+from act_quant_reference import act_quant_ref, fp8_values, special_values
+from host_cxx import host_cxx
 
 GEMM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMU_DIR = os.path.join(GEMM_DIR, "tests", "emulation")
@@ -33,14 +33,7 @@ ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_ROW_DIMS = 4
 
 
-def _compiler():
-    for cxx in (os.environ.get("CXX"), "g++", "clang++-19", "clang++"):
-        if cxx and shutil.which(cxx):
-            return cxx
-    return None
-
-
-CXX = _compiler()
+CXX = host_cxx()
 pytestmark = [
     pytest.mark.skipif(CXX is None, reason="no C++ compiler"),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the SIMT emulator needs Linux"),
@@ -164,16 +157,8 @@ def test_strided_inputs(driver, tmp_path, kind):
 
 @pytest.mark.parametrize("kind", FORMAT)
 def test_special_values(driver, tmp_path, kind):
-    x = torch.randn(6, 300, generator=torch.Generator().manual_seed(1))
-    x[0, 17] = float("nan")
-    x[1, 5], x[1, 200] = float("inf"), float("-inf")
-    x[2, :128] = 0.0
-    x[2, 128:256] = -0.0
-    x[3, 10], x[3, 11] = float("inf"), float("nan")
-    x[4, 256:] = 0.0
-    x[4, 299] = -float("nan")
     for dtype in ACT_DTYPES:
-        check(driver, tmp_path, x.to(dtype), kind)
+        check(driver, tmp_path, special_values(dtype), kind)
 
 
 @pytest.mark.parametrize("kind", FORMAT)

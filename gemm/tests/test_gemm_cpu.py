@@ -1,13 +1,13 @@
 """Properties of the CPU backend alone: threads, bit-reproducibility, its two micro-kernels, its fma, and
 the documented fp32 behaviour outside the guaranteed range. What every backend must do is in test_gemm.py."""
 import os
-import shutil
 import subprocess
 
 import pytest
 import torch
 
 import gemm
+from host_cxx import host_cxx
 from reference import FP8_DTYPES, LAYOUTS, assert_close_challenge, make_inputs, poisoned_out, reference_gemm
 
 FN = torch.float8_e4m3fn
@@ -88,7 +88,7 @@ def test_portable_path_matches_simd_path(dtype, monkeypatch):
 def test_fma_emulation_is_correctly_rounded(tmp_path):
     # The portable path's fp32 fma emulation (targets without hardware FMA), bit for bit vs libm.
     here = os.path.dirname(os.path.abspath(__file__))
-    cxx = next((c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c and shutil.which(c)), None)
+    cxx = host_cxx()
     if cxx is None:
         pytest.fail("no C++ compiler found (set CXX)")
     exe = str(tmp_path / "fma_selftest")

@@ -4,10 +4,10 @@ shape_dispatch_selftest.cpp holds the checks (and static_asserts); this compiles
 C++ compiler and turns each of its "ok <check>" lines into a test.
 """
 import os
-import shutil
 import subprocess
 
 import pytest
+from host_cxx import host_cxx
 from selftest_lines import assert_check_passed, assert_ran_exactly
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,9 +24,9 @@ CHECKS = [
 
 
 def _compiler():
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if name and shutil.which(name):
-            return name
+    cxx = host_cxx()
+    if cxx:
+        return cxx
     pytest.fail("no C++ compiler found (set CXX); the shape-dispatch tests need one")
 
 

@@ -17,14 +17,12 @@
 // counters. Exit 0 ok, 2 emulated kernel fault, 1 bad input.
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "act_quant_rocm_kernel.h"
+#include "driver_io.h"
 #include "gfx942_arch.h"
 
 namespace simt = fp8gemm::simt;
@@ -33,21 +31,10 @@ using namespace fp8gemm::rocm;
 
 namespace {
 
-std::map<std::string, int64_t> read_problem(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  std::map<std::string, int64_t> kv;
-  std::string key;
-  int64_t value;
-  while (f >> key >> value) kv[key] = value;
-  return kv;
-}
-
-int64_t need(const std::map<std::string, int64_t>& kv, const std::string& key) {
-  auto it = kv.find(key);
-  if (it == kv.end()) throw std::runtime_error("problem.txt lacks key '" + key + "'");
-  return it->second;
-}
+using simt::driver::need;
+using simt::driver::read_file;
+using simt::driver::read_problem;
+using simt::driver::write_file;
 
 int run(const std::string& dir) {
   const auto kv = read_problem(dir + "/problem.txt");
@@ -69,8 +56,7 @@ int run(const std::string& dir) {
 
   const size_t elem = p.x_dtype == ActDtype::kFloat32 ? 4 : 2;
   const int64_t storage = need(kv, "x_storage"), pad = need(kv, "x_pad"), view = need(kv, "x_view");
-  std::ifstream xf(dir + "/x.bin", std::ios::binary);
-  const std::vector<uint8_t> xbytes((std::istreambuf_iterator<char>(xf)), {});
+  const std::vector<uint8_t> xbytes = read_file(dir + "/x.bin");
   if (xbytes.size() != static_cast<size_t>(storage) * elem)
     throw std::runtime_error("x.bin has " + std::to_string(xbytes.size()) + " bytes, expected " +
                              std::to_string(storage * static_cast<int64_t>(elem)));
@@ -108,9 +94,8 @@ int run(const std::string& dir) {
       simt::launch(dims, kAqThreads, 0, [](const ActQuantProblem& a) { act_quant_body<ActDtype::kFloat16>(a); }, p, name);
       break;
   }
-  std::ofstream(dir + "/q.bin", std::ios::binary).write(reinterpret_cast<const char*>(p.q), static_cast<std::streamsize>(q_bytes));
-  std::ofstream(dir + "/scale.bin", std::ios::binary)
-      .write(reinterpret_cast<const char*>(p.scale), static_cast<std::streamsize>(scale_bytes));
+  write_file(dir + "/q.bin", p.q, q_bytes);
+  write_file(dir + "/scale.bin", p.scale, scale_bytes);
   auto& st = simt::stats();
   std::printf(
       "{\"grid\": [%u, %u], \"threads\": %d, \"workgroups\": %llu, \"shfl\": %llu, \"global_loads_16_bytes\": %llu, "
@@ -125,17 +110,11 @@ int run(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return simt::driver::run_main([&] {
     if (argc != 2) {
       std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
       return 1;
     }
     return run(argv[1]);
-  } catch (const simt::KernelError& e) {
-    std::fprintf(stderr, "SIMT KERNEL ERROR: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -28,8 +28,6 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <numeric>
 #include <random>
@@ -37,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "driver_io.h"
 #include "gfx942_arch.h"
 #include "gemm_rocm_kernels.h"
 #include "gemm_rocm_plan.h"
@@ -52,27 +51,10 @@ using namespace fp8gemm::rocm;
 
 namespace {
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
-
-std::map<std::string, int64_t> read_problem(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  std::map<std::string, int64_t> kv;
-  std::string key;
-  int64_t value;
-  while (f >> key >> value) kv[key] = value;
-  return kv;
-}
-
-int64_t need(const std::map<std::string, int64_t>& kv, const std::string& key) {
-  auto it = kv.find(key);
-  if (it == kv.end()) throw std::runtime_error("problem.txt lacks key '" + key + "'");
-  return it->second;
-}
+using simt::driver::need;
+using simt::driver::read_file;
+using simt::driver::read_problem;
+using simt::driver::write_file;
 
 // A registered device buffer holding `offset` poison elements then the storage file's bytes.
 struct Tensor {
@@ -263,10 +245,7 @@ int run(const std::string& dir, bool plan_only) {
     }
   }
 
-  {
-    std::ofstream f(dir + "/out.bin", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(out.data), static_cast<std::streamsize>(out.bytes - (out.data - out.base)));
-  }
+  write_file(dir + "/out.bin", out.data, out.bytes - (out.data - out.base));
   const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
   auto& st = simt::stats();
   // Per stream-K tile ticket (in tile order): the workgroups that took it, in arrival order.
@@ -296,7 +275,7 @@ int run(const std::string& dir, bool plan_only) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return simt::driver::run_main([&] {
     if (argc == 5 && std::string(argv[1]) == "--select") {
       const int64_t m = std::atoll(argv[2]), n = std::atoll(argv[3]), k = std::atoll(argv[4]);
       const GemmConfig c = select_config(m, n, k);
@@ -316,11 +295,5 @@ int main(int argc, char** argv) {
       return 1;
     }
     return run(argv[1], /*plan_only=*/false);
-  } catch (const simt::KernelError& e) {
-    std::fprintf(stderr, "SIMT KERNEL ERROR: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -6,11 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
+#include "driver_io.h"
 #include "gfx942_arch.h"
 
 namespace arch = fp8gemm::arch;
@@ -18,17 +17,8 @@ namespace simt = fp8gemm::simt;
 
 namespace {
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_file(const std::string& path, const void* p, size_t n) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
+using fp8gemm::simt::driver::read_file;
+using fp8gemm::simt::driver::write_file;
 
 // A device buffer holding a copy of `bytes`.
 template <class T>
@@ -468,13 +458,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const simt::KernelError& e) {
-    std::fprintf(stderr, "SIMT KERNEL ERROR: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return fp8gemm::simt::driver::run_main([&] { return run(argc, argv); });
 }
