@@ -343,10 +343,16 @@ def suite_deepgemm(torch, gemm, timer, log):
         f = ours(gemm, inp, out)
         ok = run_checked(torch, f, out, ref)
         us = timer.events(f)
-        t_us = try_time(torch_blockwise(torch, torch_layout(torch, inp)), timer.events)
+        tb = torch_blockwise(torch, torch_layout(torch, inp))
+        t_us = try_time(tb, timer.events)
         r = dict(m=m, n=n, k=k, ok=ok, ours_us=us, tflops=tflops(m, n, k, us), torch_us=t_us,
                  torch_tflops=tflops(m, n, k, t_us) if t_us else None, deepgemm_h800_tflops=published)
         r["vs_deepgemm"] = r["tflops"] / published
+        # The profiler's kernel time (L2 flushed), as DeepGEMM's own table is measured: no launch gaps.
+        r["ours_kernel_us"] = timer.kernels(f)
+        r["kernel_tflops"] = tflops(m, n, k, r["ours_kernel_us"])
+        r["vs_deepgemm_kernel"] = r["kernel_tflops"] / published
+        r["torch_kernel_us"] = try_time(tb, timer.kernels)
         rows.append(r)
         log(f"deepgemm {m}x{n}x{k}: ours {us:.1f} us {r['tflops']:.0f} TFLOPS (ok={ok}) vs DeepGEMM {published}, "
             f"torch {r['torch_tflops'] or float('nan'):.0f}")
@@ -366,14 +372,22 @@ def suite_decode(torch, gemm, timer, copy_bw, log, ms=DECODE_M, nks=DECODE_NK):
     gen = torch.Generator(device="cuda").manual_seed(3)
     for (n, k) in nks:
         w_bf16 = None
+        read_us = None
         for m in ms:
             inp = make_inputs(torch, m, n, k, "deepseek", gen)
             ref = reference(torch, inp)
             out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
             f = ours(gemm, inp, out)
             ok = run_checked(torch, f, out, ref)
+            if read_us is None:
+                # The same weight bytes read once by torch's amax (a read-only streaming pass, kernel time; not a
+                # sum, whose kernel the timer leaves out as the flush's).
+                words = inp["b"].contiguous().view(torch.int32)
+                top = torch.empty((), dtype=torch.int32, device="cuda")
+                read_us = timer.kernels(lambda: torch.amax(words, dim=(0, 1), out=top))
             r = dict(m=m, n=n, k=k, weight_mb=n * k / 1e6, ok=ok, ours_flushed_us=timer.graph(f, 1, True),
-                     ours_b2b_us=timer.graph(f, 10, False), ours_kernel_us=timer.kernels(f))
+                     ours_b2b_us=timer.graph(f, 10, False), ours_kernel_us=timer.kernels(f), read_kernel_us=read_us,
+                     read_bw_share=n * k / (read_us * 1e-6) / copy_bw)
             tinp = torch_layout(torch, inp)
             tb = torch_blockwise(torch, tinp)
             r["torch_flushed_us"] = try_time(tb, lambda fn: timer.graph(fn, 1, True))
@@ -438,6 +452,8 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
     CUDA-graph replays with the L2 flushed before each (µs per call):
       matmul_2d        gemm.matmul_2d(x, w, ws, [128, 128]) end to end, bf16 out;
       quant            gemm.fp8_act_quant(x) alone (its share of matmul_2d's time is reported);
+      gemm             gemm.gemm on fp8_act_quant's outputs alone: matmul_2d - gemm is the time quantization adds
+                       to matmul_2d (the GEMM's launch and set-up overlap the quantization's tail there);
       torch            per-group quantization in eager torch (float, amax, divide, clamp, cast, the scale
                        transposed to the layout _scaled_mm takes), then torch._scaled_mm blockwise (1x128
                        activation scales, 128x128 weight scales); None where torch refuses the shape;
@@ -492,8 +508,10 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
                 return gemm.gemm(qq, w, sc, ws)
 
             r = dict(m=m, n=n, k=k, ok=ok, matmul_2d_us=timer.graph(fused, 1, True),
-                     quant_us=timer.graph(quant, 1, True), unfused_us=timer.graph(unfused, 1, True))
+                     quant_us=timer.graph(quant, 1, True), unfused_us=timer.graph(unfused, 1, True),
+                     gemm_us=timer.graph(lambda: gemm.gemm(q, w, s, ws), 1, True))
             r["quant_share"] = r["quant_us"] / r["matmul_2d_us"]
+            r["quant_added_share"] = max(0.0, r["matmul_2d_us"] - r["gemm_us"]) / r["matmul_2d_us"]
             r["torch_us"] = _try_time_refusable(torch_job, timer)
             r["torch_compiled_us"] = _try_time_refusable(torch_job_compiled, timer)
             r["torch_rel_diff"] = None
@@ -506,7 +524,7 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
                 r[f"speedup_vs_{key}"] = us / r["matmul_2d_us"] if us else None
             rows.append(r)
             log(f"finegrained {m}x{n}x{k}: matmul_2d {r['matmul_2d_us']:.1f} us ({r['tflops']:.0f} TFLOP/s, quant "
-                f"{r['quant_us']:.1f} us = {100 * r['quant_share']:.0f} %, ok={ok}), torch "
+                f"{r['quant_us']:.1f} us = {100 * r['quant_share']:.0f} %, gemm alone {r['gemm_us']:.1f} us, ok={ok}), torch "
                 f"{fmt(r['torch_us'])} / compiled quant {fmt(r['torch_compiled_us'])}, unfused {r['unfused_us']:.1f}, "
                 f"torch vs ours {fmt(r['torch_rel_diff'], '.2e')}")
             del x, y, q, s, ref
@@ -528,9 +546,13 @@ def finegrained_summary(rows):
         lines.append(f"- faster than {what} on {len(ran) - len(slower)} of the {len(ran)} shapes it runs"
                      + (f"; not on {', '.join(slower)}" if slower else ""))
     big = [r for r in rows if r["m"] >= 512 and r["n"] >= 2048]
-    over = [f"{shape(r)} ({100 * r['quant_share']:.0f} %)" for r in big if r["quant_share"] > 0.15]
-    lines.append(f"- quantization share <= 15 % of matmul_2d for M >= 512 and N >= 2048 on {len(big) - len(over)} "
-                 f"of {len(big)} shapes" + (f"; above on {', '.join(over)}" if over else ""))
+    for key, what in (("quant_share", "the quantization kernel timed alone"),
+                      ("quant_added_share", "the time quantization adds to matmul_2d (matmul_2d - gemm alone)")):
+        if any(key not in r for r in big):
+            continue
+        over = [f"{shape(r)} ({100 * r[key]:.0f} %)" for r in big if r[key] > 0.15]
+        lines.append(f"- {what}: <= 15 % of matmul_2d for M >= 512 and N >= 2048 on {len(big) - len(over)} "
+                     f"of {len(big)} shapes" + (f"; above on {', '.join(over)}" if over else ""))
     return lines
 
 
@@ -636,26 +658,36 @@ def render_md(data):
     dg = data.get("deepgemm")
     if dg:
         lines += ["## DeepGEMM's dense shapes (K-major, L2 flushed)", "",
-                  "| M x N x K | ours µs | ours TFLOP/s | DeepGEMM H800 (published) | ours / DeepGEMM | torch blockwise TFLOP/s |",
+                  "Events: CUDA events around the call; kernel: the profiler's kernel time (launch gaps excluded, "
+                  "how DeepGEMM's table is measured). TFLOP/s and the ratio to DeepGEMM's published H800 number, "
+                  "both ways.", "",
+                  "| M x N x K | ours µs, events / kernel | ours TFLOP/s, events / kernel | DeepGEMM H800 (published) | "
+                  "ours / DeepGEMM, events / kernel | torch blockwise µs, events / kernel |",
                   "|---|---:|---:|---:|---:|---:|"]
         for r in dg:
-            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['ours_us'])} | {fmt(r['tflops'], '.0f')} | "
-                         f"{r['deepgemm_h800_tflops']} | {fmt(r['vs_deepgemm'], '.2f')} | {fmt(r['torch_tflops'], '.0f')} |")
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['ours_us'])} / {fmt(r.get('ours_kernel_us'))} | "
+                         f"{fmt(r['tflops'], '.0f')} / {fmt(r.get('kernel_tflops'), '.0f')} | "
+                         f"{r['deepgemm_h800_tflops']} | {fmt(r['vs_deepgemm'], '.2f')} / "
+                         f"{fmt(r.get('vs_deepgemm_kernel'), '.2f')} | {fmt(r['torch_us'])} / "
+                         f"{fmt(r.get('torch_kernel_us'))} |")
         lines.append("")
     de = data.get("decode")
     if de:
         lines += ["## Decode-sized M", "",
                   "Times in µs: CUDA-graph replay with the L2 flushed before each replay / graph of 10 back-to-back "
                   "calls / kernel time from the profiler's records (L2 flushed, launch gaps excluded). Weight bytes "
-                  "per second as a share of the copy bandwidth, same three ways. torch blockwise refuses M = 1 and "
-                  "M = 2 (—).", "",
-                  "| M x N x K | weight MB | ours µs | share of copy BW | torch blockwise µs | bf16 mm µs |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "per second as a share of the copy bandwidth, same three ways. Read-only pass: torch's amax over the "
+                  "same weight bytes (kernel time, L2 flushed), what streaming those bytes once costs without any "
+                  "GEMM. torch blockwise refuses M = 1 and M = 2 (—).", "",
+                  "| M x N x K | weight MB | ours µs | share of copy BW | read-only pass µs (share) | "
+                  "torch blockwise µs | bf16 mm µs |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for r in de:
             lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {r['weight_mb']:.1f} | {fmt(r['ours_flushed_us'])} / "
                          f"{fmt(r['ours_b2b_us'])} / {fmt(r.get('ours_kernel_us'))} | "
                          f"{100 * r['ours_flushed_bw_share']:.0f} / {100 * r['ours_b2b_bw_share']:.0f} / "
                          f"{100 * r.get('ours_kernel_bw_share', float('nan')):.0f} % | "
+                         f"{fmt(r.get('read_kernel_us'))} ({100 * r.get('read_bw_share', float('nan')):.0f} %) | "
                          f"{fmt(r['torch_flushed_us'])} / {fmt(r['torch_b2b_us'])} | "
                          f"{fmt(r['bf16_flushed_us'])} / {fmt(r['bf16_b2b_us'])} |")
         lines.append("")
@@ -663,15 +695,18 @@ def render_md(data):
     if fg:
         lines += ["## matmul_2d from bf16 activations (CUDA-graph replay, L2 flushed)", "",
                   "matmul_2d = fp8_act_quant + the GEMM (its programmatic dependent); quantization = fp8_act_quant "
-                  "alone, and its share of matmul_2d's time; torch = its per-group quantization (eager, or compiled "
+                  "alone, and its share of matmul_2d's time; added = matmul_2d - gemm.gemm alone on the quantized "
+                  "input, the time quantization adds to matmul_2d, and its share; torch = its per-group quantization (eager, or compiled "
                   "into one kernel) + blockwise `_scaled_mm` (— where torch refuses the shape); unfused = the "
                   "plain-torch quantization + gemm.gemm. Times in µs.", "",
-                  "| M x N x K | matmul_2d µs | TFLOP/s | quantization µs (share) | torch µs | torch, compiled "
-                  "quantization µs | unfused µs | speedup vs torch |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| M x N x K | matmul_2d µs | TFLOP/s | quantization µs (share) | added µs (share) | torch µs | "
+                  "torch, compiled quantization µs | unfused µs | speedup vs torch |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in fg:
+            added = (f"{fmt(r['matmul_2d_us'] - r['gemm_us'])} ({100 * r['quant_added_share']:.0f} %)"
+                     if "gemm_us" in r else "—")
             lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['matmul_2d_us'])} | {fmt(r['tflops'], '.0f')} | "
-                         f"{fmt(r['quant_us'])} ({100 * r['quant_share']:.0f} %) | {fmt(r['torch_us'])} | "
+                         f"{fmt(r['quant_us'])} ({100 * r['quant_share']:.0f} %) | {added} | {fmt(r['torch_us'])} | "
                          f"{fmt(r.get('torch_compiled_us'))} | {fmt(r['unfused_us'])} | "
                          f"{fmt(r.get('speedup_vs_torch'), '.2f')} |")
         lines += [""] + finegrained_summary(fg) + [""]

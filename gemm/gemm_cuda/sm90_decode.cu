@@ -9,9 +9,11 @@
 // next block's wgmmas run while this one is promoted. The k_split CTAs of a weight tile are one cluster:
 // each covers a contiguous range of K blocks, writes its fp32 partial tile to its own shared memory, and
 // after a cluster barrier each CTA sums a share of the tile over the cluster's CTAs in rank order
-// (distributed shared memory) and stores bf16.
+// (distributed shared memory) and stores bf16. Without a split, at most one CTA per slot is launched and
+// each walks several tiles with one ring, so no CTA start-up or pipeline fill is paid twice.
 #include "sm90_decode.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
   const float* smem_sb = reinterpret_cast<const float*>(smem + C::kOffSb);
 
   const uint32_t split = cluster_ctarank(), nsplit = cluster_nctarank();
-  const int n0 = int(blockIdx.x / nsplit) * C::BW;
+  const int tiles = (p.n + C::BW - 1) / C::BW;
   const int num_kb = (p.k + kBlockK - 1) / kBlockK;
   const int kb0 = int(split) * p.kb_per_split;
   const int kb1 = min(num_kb, kb0 + p.kb_per_split);
@@ -114,125 +116,130 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
   // below reads its outputs before it has completed. Without the launch attribute this returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
-  float acc[C::kAcc];
-#pragma unroll
-  for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
+  const bool math = warp < C::kProducerWarp;
   const int wg = warp / 4;                    // this math warpgroup's 64-row slice
   const int r0 = (warp % 4) * 16 + lane / 4;  // accumulator rows r0 and r0 + 8 of the slice
   const int c0 = 2 * (lane % 4);              // accumulator columns (activation rows) 8j + c0, 8j + c0 + 1
-
-  if (warp == C::kProducerWarp) {
-    // ---------------- producer warp ----------------
-    if (lane == 0) {
-      prefetch_map(&map_w);
-      prefetch_map(&map_x);
-    }
-    const float* sb_row = p.sb + int64_t(n0 / 128) * p.sb_snb;
-    int s = 0;
-    uint32_t phase = 0;
-    for (int kb = kb0; kb < kb1; ++kb) {
-      if (lane == 0) {
-        mbar_wait(&empty[s], phase ^ 1);
-        mbar_arrive_expect_tx(&full[s], C::kTmaBytes);
-        tma_load_2d(smem + s * C::kWBytes, &map_w, &full[s], kb * kBlockK, n0);
-        tma_load_2d(smem + C::kOffX + s * C::kXBytes, &map_x, &full[s], kb * kBlockK, 0);
-      }
-      __syncwarp();  // the stage is free for every lane once lane 0 has seen it released
-      const uint32_t sa_dst = smem_addr(smem + C::kOffSa) + uint32_t(s * C::BT * 4);
-#pragma unroll
-      for (int t = lane; t < C::BT; t += 32)  // activation rows beyond m get 0
-        cp_async_4(sa_dst + 4u * uint32_t(t), p.sa + (t < p.m ? int64_t(t) * p.sa_sm + int64_t(kb) * p.sa_skb : 0),
-                   t < p.m ? 4u : 0u);
-      if (lane == 0) cp_async_4(smem_addr(smem + C::kOffSb) + uint32_t(s * 4), sb_row + int64_t(kb) * p.sb_skb, 4u);
-      cp_async_arrive(&full[s]);
-      if (++s == C::kStages) { s = 0; phase ^= 1; }
-    }
-  } else {
-    // ---------------- math warpgroups ----------------
-    constexpr int R = C::kAcc;
-    float tmp0[R], tmp1[R];
-    float f0[C::BT / 8][2], f1[C::BT / 8][2];  // promotion factors b_scale * a_scale of the block in tmp0 / tmp1
-    int s = 0;
-    uint32_t phase = 0;
-    // Waits for stage `stage`, reads its scales into f and issues its wgmmas into d (not waited for).
-    auto issue = [&](float* d, float (&f)[C::BT / 8][2], int stage, uint32_t ph) {
-      mbar_wait(&full[stage], ph);
-      const float sb = smem_sb[stage];
-#pragma unroll
-      for (int j = 0; j < C::BT / 8; ++j) {
-        f[j][0] = sb * smem_sa[stage * C::BT + 8 * j + c0];
-        f[j][1] = sb * smem_sa[stage * C::BT + 8 * j + c0 + 1];
-      }
-      const uint64_t dw = smem_desc_k128b(smem + stage * C::kWBytes + wg * 64 * kBlockK);
-      const uint64_t dx = smem_desc_k128b(smem + C::kOffX + stage * C::kXBytes);
-#pragma unroll
-      for (int i = 0; i < R; ++i) fence_reg(d[i]);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockK / 32; ++kk)  // K advances 32 bytes (2 descriptor units) in the swizzled rows
-        wgmma_call<C::BT>(dw + uint64_t(2 * kk), dx + uint64_t(2 * kk), d, kk > 0, std::make_index_sequence<R>{});
-      wgmma_commit();
-#pragma unroll
-      for (int i = 0; i < R; ++i) fence_reg(d[i]);
-    };
-    // After d's wgmmas completed: release the stage, promote d into acc.
-    auto promote = [&](float* d, const float (&f)[C::BT / 8][2]) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) fence_reg(d[i]);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);
-      if (++s == C::kStages) { s = 0; phase ^= 1; }
-#pragma unroll
-      for (int j = 0; j < C::BT / 8; ++j) {
-        acc[4 * j + 0] = fmaf(d[4 * j + 0], f[j][0], acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(d[4 * j + 1], f[j][1], acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(d[4 * j + 2], f[j][0], acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(d[4 * j + 3], f[j][1], acc[4 * j + 3]);
-      }
-    };
-    // Double buffer: block i lives in tmp[i % 2]; block i + 1 is issued before block i is promoted. The steady state
-    // issues and waits unconditionally (wait_group 1), so ptxas can prove the promoted registers are not
-    // in flight and keeps the wgmmas asynchronous; the 1-2 block tail is peeled.
-    const int nkb = kb1 - kb0;
-    int s_next = s;
-    uint32_t ph_next = phase;
-    auto issue_next = [&](float* d, float (&f)[C::BT / 8][2]) {
-      issue(d, f, s_next, ph_next);
-      if (++s_next == C::kStages) { s_next = 0; ph_next ^= 1; }
-    };
-    if (!C::kDoubleBuffer) {
-      for (int i = 0; i < nkb; ++i) {
-        issue_next(tmp0, f0);
-        wgmma_wait<0>();
-        promote(tmp0, f0);
-      }
-    } else if (nkb > 0) {
-      issue_next(tmp0, f0);
-      int i = 0;
-      for (; i + 2 < nkb; i += 2) {
-        issue_next(tmp1, f1);
-        wgmma_wait<1>();
-        promote(tmp0, f0);
-        issue_next(tmp0, f0);
-        wgmma_wait<1>();
-        promote(tmp1, f1);
-      }
-      if (i + 1 < nkb) {
-        issue_next(tmp1, f1);
-        wgmma_wait<1>();
-        promote(tmp0, f0);
-        wgmma_wait<0>();
-        promote(tmp1, f1);
-      } else {
-        wgmma_wait<0>();
-        promote(tmp0, f0);
-      }
-    }
+  if (warp == C::kProducerWarp && lane == 0) {
+    prefetch_map(&map_w);
+    prefetch_map(&map_x);
   }
 
-  // acc element 4j + 2h + e is weight row n0 + 64 wg + r0 + 8h, activation row 8j + c0 + e.
-  const bool math = warp < C::kProducerWarp;
-  if (nsplit == 1) {
+  // Unsplit tiles (nsplit == 1): the grid has at most one CTA per slot and each CTA walks the tiles
+  // blockIdx.x, blockIdx.x + gridDim.x, ...; the ring's stage and phase carry over from tile to tile, so
+  // the producer loads the next tile while the math warps store this one. Split tiles: one per cluster.
+  const int tile_step = nsplit == 1 ? int(gridDim.x) : tiles;
+  int s = 0;  // this thread's ring position: the producer's next stage to fill, a math warp's next to read
+  uint32_t phase = 0;
+  float acc[C::kAcc];
+  int n0 = 0;
+  for (int tile = int(blockIdx.x / nsplit); tile < tiles; tile += tile_step) {
+    n0 = tile * C::BW;
+#pragma unroll
+    for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
+    if (warp == C::kProducerWarp) {
+      // ---------------- producer warp ----------------
+      const float* sb_row = p.sb + int64_t(n0 / 128) * p.sb_snb;
+      for (int kb = kb0; kb < kb1; ++kb) {
+        if (lane == 0) {
+          mbar_wait(&empty[s], phase ^ 1);
+          mbar_arrive_expect_tx(&full[s], C::kTmaBytes);
+          tma_load_2d(smem + s * C::kWBytes, &map_w, &full[s], kb * kBlockK, n0);
+          tma_load_2d(smem + C::kOffX + s * C::kXBytes, &map_x, &full[s], kb * kBlockK, 0);
+        }
+        __syncwarp();  // the stage is free for every lane once lane 0 has seen it released
+        const uint32_t sa_dst = smem_addr(smem + C::kOffSa) + uint32_t(s * C::BT * 4);
+#pragma unroll
+        for (int t = lane; t < C::BT; t += 32)  // activation rows beyond m get 0
+          cp_async_4(sa_dst + 4u * uint32_t(t), p.sa + (t < p.m ? int64_t(t) * p.sa_sm + int64_t(kb) * p.sa_skb : 0),
+                     t < p.m ? 4u : 0u);
+        if (lane == 0) cp_async_4(smem_addr(smem + C::kOffSb) + uint32_t(s * 4), sb_row + int64_t(kb) * p.sb_skb, 4u);
+        cp_async_arrive(&full[s]);
+        if (++s == C::kStages) { s = 0; phase ^= 1; }
+      }
+    } else {
+      // ---------------- math warpgroups ----------------
+      constexpr int R = C::kAcc;
+      float tmp0[R], tmp1[R];
+      float f0[C::BT / 8][2], f1[C::BT / 8][2];  // promotion factors b_scale * a_scale of the block in tmp0 / tmp1
+      // Waits for stage `stage`, reads its scales into f and issues its wgmmas into d (not waited for).
+      auto issue = [&](float* d, float (&f)[C::BT / 8][2], int stage, uint32_t ph) {
+        mbar_wait(&full[stage], ph);
+        const float sb = smem_sb[stage];
+#pragma unroll
+        for (int j = 0; j < C::BT / 8; ++j) {
+          f[j][0] = sb * smem_sa[stage * C::BT + 8 * j + c0];
+          f[j][1] = sb * smem_sa[stage * C::BT + 8 * j + c0 + 1];
+        }
+        const uint64_t dw = smem_desc_k128b(smem + stage * C::kWBytes + wg * 64 * kBlockK);
+        const uint64_t dx = smem_desc_k128b(smem + C::kOffX + stage * C::kXBytes);
+#pragma unroll
+        for (int i = 0; i < R; ++i) fence_reg(d[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 32; ++kk)  // K advances 32 bytes (2 descriptor units) in the swizzled rows
+          wgmma_call<C::BT>(dw + uint64_t(2 * kk), dx + uint64_t(2 * kk), d, kk > 0, std::make_index_sequence<R>{});
+        wgmma_commit();
+#pragma unroll
+        for (int i = 0; i < R; ++i) fence_reg(d[i]);
+      };
+      // After d's wgmmas completed: release the stage, promote d into acc.
+      auto promote = [&](float* d, const float (&f)[C::BT / 8][2]) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) fence_reg(d[i]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+        if (++s == C::kStages) { s = 0; phase ^= 1; }
+#pragma unroll
+        for (int j = 0; j < C::BT / 8; ++j) {
+          acc[4 * j + 0] = fmaf(d[4 * j + 0], f[j][0], acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(d[4 * j + 1], f[j][1], acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(d[4 * j + 2], f[j][0], acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(d[4 * j + 3], f[j][1], acc[4 * j + 3]);
+        }
+      };
+      // Double buffer: block i lives in tmp[i % 2]; block i + 1 is issued before block i is promoted. The steady state
+      // issues and waits unconditionally (wait_group 1), so ptxas can prove the promoted registers are not
+      // in flight and keeps the wgmmas asynchronous; the 1-2 block tail is peeled.
+      const int nkb = kb1 - kb0;
+      int s_next = s;
+      uint32_t ph_next = phase;
+      auto issue_next = [&](float* d, float (&f)[C::BT / 8][2]) {
+        issue(d, f, s_next, ph_next);
+        if (++s_next == C::kStages) { s_next = 0; ph_next ^= 1; }
+      };
+      if (!C::kDoubleBuffer) {
+        for (int i = 0; i < nkb; ++i) {
+          issue_next(tmp0, f0);
+          wgmma_wait<0>();
+          promote(tmp0, f0);
+        }
+      } else if (nkb > 0) {
+        issue_next(tmp0, f0);
+        int i = 0;
+        for (; i + 2 < nkb; i += 2) {
+          issue_next(tmp1, f1);
+          wgmma_wait<1>();
+          promote(tmp0, f0);
+          issue_next(tmp0, f0);
+          wgmma_wait<1>();
+          promote(tmp1, f1);
+        }
+        if (i + 1 < nkb) {
+          issue_next(tmp1, f1);
+          wgmma_wait<1>();
+          promote(tmp0, f0);
+          wgmma_wait<0>();
+          promote(tmp1, f1);
+        } else {
+          wgmma_wait<0>();
+          promote(tmp0, f0);
+        }
+      }
+    }
+
+    if (nsplit > 1) break;
+    // acc element 4j + 2h + e is weight row n0 + 64 wg + r0 + 8h, activation row 8j + c0 + e.
     if (math) {
 #pragma unroll
       for (int j = 0; j < C::BT / 8; ++j)
@@ -245,8 +252,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
               p.out[int64_t(tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(acc[4 * j + 2 * h + e] * p.alpha);
           }
     }
-    return;
   }
+  if (nsplit == 1) return;
 
   // Split K: once every math warpgroup's last wgmma has completed (the named barrier), the weight stages can
   // hold this CTA's partial tile, part[tok * BW + row]; the cluster barrier publishes it to the other CTAs.
@@ -263,16 +270,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
   }
   __syncwarp();
   cluster_sync();
-  // Rank `split` sums its share of the tile over the cluster's CTAs in rank order: the same bits whichever
-  // CTA runs first. Consecutive threads take consecutive weight rows, i.e. consecutive output columns.
-  const int total = C::BW * C::BT, share = (total + int(nsplit) - 1) / int(nsplit);
+  // Rank `split` sums its share of the tile's real activation rows over the cluster's CTAs in rank order:
+  // the same bits whichever CTA runs first. The remote loads are all issued before the first add.
+  // Consecutive threads take consecutive weight rows, i.e. consecutive output columns.
+  const int total = C::BW * min(p.m, C::BT), share = (total + int(nsplit) - 1) / int(nsplit);
   const int first = int(split) * share, last = min(total, first + share);
   const uint32_t part_addr = smem_addr(part);
   for (int idx = first + int(threadIdx.x); idx < last; idx += C::kThreads) {
     const int tok = idx / C::BW, row = n0 + idx % C::BW;
-    if (tok >= p.m || row >= p.n) continue;
+    if (row >= p.n) continue;
+    float partial[kDecodeMaxSplit];
+#pragma unroll
+    for (uint32_t q = 0; q < kDecodeMaxSplit; ++q)
+      if (q < nsplit) partial[q] = ld_shared_cluster_f32(part_addr + 4u * uint32_t(idx), q);
     float v = 0.0f;
-    for (uint32_t q = 0; q < nsplit; ++q) v += ld_shared_cluster_f32(part_addr + 4u * uint32_t(idx), q);
+#pragma unroll
+    for (uint32_t q = 0; q < kDecodeMaxSplit; ++q)
+      if (q < nsplit) v += partial[q];
     p.out[int64_t(tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(v * p.alpha);
   }
   cluster_sync();  // no CTA leaves while another may still read its shared memory
@@ -299,9 +313,11 @@ cudaError_t launch(const DecodeArgs& a, cudaStream_t stream) {
            a.sb_stride_nb, a.sb_stride_kb, a.out, a.out_stride_m, a.out_stride_n, a.alpha,
            (kb + a.k_split - 1) / a.k_split};
   const int tiles = (a.n + C::BW - 1) / C::BW;
+  const int sms = a.sm_count > 0 ? a.sm_count : 132;
+  const int ctas = a.k_split == 1 ? std::min(tiles, C::kCtasPerSm * sms) : tiles * a.k_split;
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(static_cast<unsigned>(tiles * a.k_split));
+  lc.gridDim = dim3(static_cast<unsigned>(ctas));
   lc.blockDim = dim3(C::kThreads);
   lc.dynamicSmemBytes = C::kSmemBytes;
   lc.stream = stream;

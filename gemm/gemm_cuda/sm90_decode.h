@@ -7,7 +7,8 @@
 // (8, 16, 32 or 64), so a handful of tokens costs no more tensor-core work than it needs. Each CTA
 // streams 64 or 128 weight rows over a range of K blocks through a TMA ring; the CTAs sharing a weight
 // tile form one thread-block cluster and add their fp32 partial sums through distributed shared memory
-// in a fixed order (deterministic, no workspace, one launch).
+// in a fixed order (deterministic, no workspace, one launch). Unsplit tiles are walked by persistent
+// CTAs whose ring runs on from one tile to the next.
 #pragma once
 
 #include <cstddef>
@@ -59,10 +60,10 @@ constexpr int token_tile(int m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 3
 
 // Estimated time (seconds) to stream the weight with `rows` weight rows per CTA and `split` CTAs per tile
 // along K: the weight bytes at the HBM's rate, the weight and activation tiles together at the L2's (every
-// CTA reads the activation rows again), or one CTA's share at the rate one CTA's ring sustains, whichever
-// is longest; plus a start-up cost per wave of CTAs (ctas_per_sm * sms at a time) and the cluster
-// reduction of a split tile. Constants fitted to H200 measurements of every plan on DeepSeek-V3 shapes
-// (benchmarks/gemm_bench.py --calibrate-decode).
+// CTA reads the activation rows again), or the busiest CTA's share at the rate one CTA's ring sustains,
+// whichever is longest; plus a start-up cost per wave of CTAs (ctas_per_sm * sms at a time; unsplit tiles
+// run as one persistent wave) and the cluster reduction of a split tile. Constants fitted to H200
+// measurements of every plan on DeepSeek-V3 shapes (benchmarks/gemm_bench.py --calibrate-decode).
 inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int sms) {
   constexpr double kHbmRate = 3.4e12;        // bytes/s of weight the HBM delivers to streaming CTAs
   constexpr double kL2Rate = 7.0e12;         // bytes/s of weight + activation tiles into the SMs
@@ -70,15 +71,18 @@ inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int 
   constexpr double kCtaSeconds = 0.25e-6;    // per wave of CTAs: the first loads in flight, the drain
   constexpr double kReduceSeconds = 3.0e-6;  // a split tile: cluster barriers, the distributed-shared-memory sums
   const int64_t tiles = (n + rows - 1) / rows;
-  const int64_t ctas = tiles * split, slots = int64_t(ctas_per_sm(bt, rows / 64)) * sms;
+  const int64_t units = tiles * split, slots = int64_t(ctas_per_sm(bt, rows / 64)) * sms;
   const int64_t kb_per = (kb + split - 1) / split;
+  // Unsplit tiles: min(tiles, slots) persistent CTAs, the busiest taking `rounds` tiles. Split tiles:
+  // one CTA per unit, in waves.
+  const int64_t rounds = split == 1 ? (tiles + slots - 1) / slots : 1;
+  const int64_t waves = split == 1 ? 1 : (units + slots - 1) / slots;
   const double w_bytes = double(tiles * rows) * double(kb * kBlockK);
-  const double wx_bytes = double(ctas) * double(kb_per) * double((rows + bt) * kBlockK);
-  const double cta_bytes = double(kb_per) * double(rows * kBlockK);
+  const double wx_bytes = double(units) * double(kb_per) * double((rows + bt) * kBlockK);
+  const double cta_bytes = double(rounds * kb_per) * double(rows * kBlockK);
   double t = w_bytes / kHbmRate;
   if (wx_bytes / kL2Rate > t) t = wx_bytes / kL2Rate;
   if (cta_bytes / kCtaRate > t) t = cta_bytes / kCtaRate;
-  const int64_t waves = (ctas + slots - 1) / slots;
   return t + double(waves) * kCtaSeconds + (split > 1 ? kReduceSeconds : 0.0);
 }
 
