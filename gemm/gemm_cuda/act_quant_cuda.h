@@ -8,11 +8,12 @@
 
 namespace fp8gemm::cuda {
 
-// Enqueues the quantization of `p` (act_quant.h) on `stream` as one kernel launch. The kernel executes
-// griddepcontrol.launch_dependents once each CTA has loaded its last groups, so a kernel launched next
-// as its programmatic dependent (gemm() with after_producer) starts while it drains. Returns
-// cudaErrorInvalidValue for a problem the caller should have rejected (rows or k < 1, rows >
-// INT32_MAX, null pointers, row_dims outside 1..kActRowDims, unknown format or mode) and never aborts.
+// Enqueues the quantization of `p` (act_quant.h) on `stream` as one kernel launch. The kernel's grid fits
+// on the GPU at once, and each CTA executes griddepcontrol.launch_dependents once its first loads are
+// issued, so a kernel launched next as its programmatic dependent (gemm() with after_producer) is
+// scheduled while it runs. Returns cudaErrorInvalidValue for a problem the caller should have rejected
+// (rows or k < 1, rows > INT32_MAX, more than 2^32 - 1 groups, null pointers, row_dims outside
+// 1..kActRowDims, unknown format or mode) and never aborts.
 cudaError_t act_quant(const ActQuantProblem& p, cudaStream_t stream);
 
 }  // namespace fp8gemm::cuda

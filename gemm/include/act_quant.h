@@ -131,6 +131,57 @@ FP8GEMM_AQ_HD uint8_t aq_encode(float v, uint32_t neg, bool fnuz) {
   return static_cast<uint8_t>(code | (neg << 7));
 }
 
+// fp32 fma and product, each rounded once to nearest even. The product is an fma with a -0 addend: exact
+// for signed zeros too, and nothing left for a compiler to contract it with.
+FP8GEMM_AQ_HD float aq_fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
+FP8GEMM_AQ_HD float aq_mul_rn(float a, float b) { return aq_fma_rn(a, b, -0.0f); }
+
+// Whether aq_quotient may stand in for the IEEE quotient x / scale for every x of a group whose largest
+// magnitude has the bits amax_bits: 2^-90 <= scale < 2^125 (sign clear), amax finite and below
+// 2^100 * scale. Then every |x / scale| < 2^100, the reciprocal is a normal number, and wherever
+// |x / scale| >= 2^-12 no step of aq_quotient overflows or underflows (the residual's grid,
+// ulp(q0) * ulp(scale), is at least 2^-149, and a subnormal residual is exact). Dynamic scales always
+// pass when amax is finite (1e-12 <= scale <= FLT_MAX / 240, amax <= 448.0001 * scale).
+FP8GEMM_AQ_HD bool aq_quotient_fast_ok(float scale, uint32_t amax_bits) {
+  const uint32_t s = aq_bits(scale);
+  return s - 0x12800000u < 0x7E000000u - 0x12800000u && amax_bits < 0x7F800000u &&
+         (amax_bits >> 23) < (s >> 23) + 100u;
+}
+
+// x / scale from recip = the correctly rounded 1 / scale, under aq_quotient_fast_ok. q0 = x * recip is
+// within 1.5 ulp of the quotient, and q0 + (x - q0 * scale) * recip (Markstein's correction) rounds to
+// the IEEE quotient wherever |x / scale| >= 2^-12: where q0 is a faithful rounding the residual is exact
+// and the correction lands on the correctly rounded side; where it is not, the quotient lies far enough
+// from the rounding boundary for the residual's own rounding not to matter
+// (tests/act_quant_quotient_selftest.cpp checks both). Below 2^-12 both quotients are below 2^-11,
+// which every fp8 format encodes as a zero. The sign is copied from x (scale > 0): the correction turns
+// a -0 quotient into +0.
+FP8GEMM_AQ_HD float aq_quotient(float x, float scale, float recip) {
+  const float q0 = aq_mul_rn(x, recip);
+  const float residual = aq_fma_rn(-q0, scale, x);
+  const float q = aq_fma_rn(residual, recip, q0);
+  return __builtin_copysignf(q, x);
+}
+
+// e4m3fnuz codes of four finite quotients q_i (byte i) from `fn`, the e4m3fn codes (round to nearest
+// even, saturating) of 2 * q_i, and `over`, 1 in byte i where |q_i| > 232. The two formats' grids differ
+// by exactly a factor of two up to 224; above, e4m3fnuz has one more value, 240 (0x7F, e4m3fn's NaN):
+// 232 < |q| rounds or clamps to it, and e4m3fn saturated those to 0x7E. e4m3fn's -0 (0x80) becomes +0.
+FP8GEMM_AQ_HD uint32_t aq_fnuz_from_fn_x4(uint32_t fn, uint32_t over) {
+  fn |= over;
+  const uint32_t nonzero = ((fn & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) & 0x80808080u;  // bit 7 of a byte: magnitude != 0
+  return fn & (nonzero | 0x7F7F7F7Fu);
+}
+
+constexpr uint32_t kAqFnuzOverBits = 0x43680000u;  // 232.0f
+
 // Element offset of row r's first element (r < rows <= INT32_MAX: 32-bit digit arithmetic).
 FP8GEMM_AQ_HD int64_t aq_row_offset(const ActQuantProblem& p, uint32_t r) {
   int64_t offset = 0;

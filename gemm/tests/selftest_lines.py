@@ -1,5 +1,6 @@
 """Shared assertions for the C++ self-tests that print "ok <check>" or "FAIL <check>: <details>" per check
-(shape_dispatch_selftest.cpp, sm90_dispatch_selftest.cu): each check becomes a test."""
+(shape_dispatch_selftest.cpp, sm90_dispatch_selftest.cu, act_quant_quotient_selftest.cpp): each check becomes
+a test."""
 
 
 def assert_check_passed(lines, check):
