@@ -635,8 +635,8 @@ def render_md(data):
     e = data["env"]
     lines = [f"# gemm on the {e['gpu']}", "",
              f"{e['date']}, driver {e.get('driver')}, torch {e['torch']}, CUDA {e['cuda']}; "
-             f"`python3 benchmarks/gemm_bench.py` (one device call). Every result of ours passed the float64 "
-             f"reference check before it was timed.", ""]
+             f"`python3 benchmarks/gemm_bench.py` ({data.get('runs', 'one device call')}). Every result of ours "
+             f"passed the float64 reference check before it was timed.", ""]
     if data.get("copy_bandwidth"):
         fl = data.get("launch_floor", {})
         lines += [f"Device-to-device copy bandwidth in the same run: {data['copy_bandwidth'] / 1e12:.2f} TB/s. "
