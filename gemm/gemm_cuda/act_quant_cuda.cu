@@ -19,13 +19,13 @@
 // codes from the same conversion of 2 * q (aq_fnuz_from_fn_x4) on the fast path, from the exact bit code
 // of act_quant.h otherwise.
 #include "act_quant_cuda.h"
+#include "gemm_cuda.h"
 
 #include <cuda_runtime.h>
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -262,30 +262,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>) act_quant_kernel(cons
   }
 }
 
-// The current device's SM count, cached per device (the launch path runs on every call).
-int sm_count() {
-  static std::atomic<int> cache[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 132;
-  if (dev < 64) {
-    const int v = cache[dev].load(std::memory_order_relaxed);
-    if (v > 0) return v;
-  }
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();
-    sms = 132;
-  }
-  if (dev < 64) cache[dev].store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 template <ActDtype D>
 void launch(const ActQuantProblem& p, cudaStream_t stream) {
   // Small problems spread over as many CTAs as fit at once (one item per half-warp: the shortest chain
   // of work per thread); larger ones batch up to kMaxUnroll items per thread.
   const int64_t items = p.rows * p.groups();  // rows <= INT32_MAX times groups < 2^32
-  const int64_t cap = int64_t(sm_count()) * kCtasPerSm<D>;
+  const int64_t cap = int64_t(device_sm_count()) * kCtasPerSm<D>;
   int unroll = 1;
   while (unroll < kMaxUnroll && items > cap * (kThreads / kLanesPerItem) * unroll) unroll *= 2;
   const int64_t per_cta = kThreads / kLanesPerItem * unroll;

@@ -64,24 +64,6 @@ constexpr TunedShape<Sm90Config> kTuned[] = {
 };
 static_assert(tuned_keys_unique(kTuned), "duplicate shape in the sm90 tuning table");
 
-int device_sm_count() {
-  // Cached per device: cudaDeviceGetAttribute is cheap, but this runs on every call.
-  static std::atomic<int> cache[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 132;
-  if (dev < 64) {
-    int v = cache[dev].load(std::memory_order_relaxed);
-    if (v > 0) return v;
-  }
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();
-    sms = 132;
-  }
-  if (dev < 64) cache[dev].store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 // GEMM_CUDA_EXACT_ACCUMULATION=1: run the fp16 exact-accumulation kernel (read per call, so a
 // process can switch; getenv is a few hundred ns).
 bool exact_accumulation_requested() {
@@ -583,6 +565,24 @@ cudaError_t gemm_exact_reference(const GemmProblem& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.m, 16) * ceil_div(p.n, 16);
   exact_gemm_kernel<<<grid_for(tiles, 1, device_sm_count()), 256, 0, stream>>>(p, nullptr);
   return cudaGetLastError();
+}
+
+int device_sm_count() {
+  // Cached per device: cudaDeviceGetAttribute is cheap, but the launch paths run on every call.
+  static std::atomic<int> cache[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 132;
+  if (dev < 64) {
+    const int v = cache[dev].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();
+    sms = 132;
+  }
+  if (dev < 64) cache[dev].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 }  // namespace fp8gemm::cuda

@@ -29,4 +29,8 @@ size_t workspace_bytes(const GemmProblem& p);
 cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                  bool after_producer = false);
 
+// SMs of the current device (132, an H100 / H200, where it cannot be read), cached per device: the launch
+// paths of the GEMM and of the activation quantization size their grids by it on every call.
+int device_sm_count();
+
 }  // namespace fp8gemm::cuda

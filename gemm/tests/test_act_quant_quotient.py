@@ -5,11 +5,10 @@ act_quant_quotient_selftest.cpp holds the checks; this compiles it with the host
 floating-point contraction) and turns each of its "ok <check>" lines into a test.
 """
 import os
-import subprocess
 
 import pytest
 from host_cxx import host_cxx
-from selftest_lines import assert_check_passed, assert_ran_exactly
+from selftest_lines import assert_check_passed, assert_ran_exactly, build_and_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "include")
@@ -32,10 +31,7 @@ def selftest_output(tmp_path_factory):
     exe = str(tmp_path_factory.mktemp("act_quant_quotient") / "selftest")
     cmd = [cxx, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", INCLUDE,
            SOURCE, "-o", exe]
-    build = subprocess.run(cmd, capture_output=True, text=True)
-    assert build.returncode == 0, f"compiling {SOURCE} failed:\n{build.stderr}"
-    run = subprocess.run([exe], capture_output=True, text=True, timeout=600)
-    return run.returncode, run.stdout.splitlines()
+    return build_and_run(cmd, exe, SOURCE, run_timeout=600)
 
 
 @pytest.mark.parametrize("check", CHECKS)

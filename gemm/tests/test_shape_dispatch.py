@@ -4,11 +4,10 @@ shape_dispatch_selftest.cpp holds the checks (and static_asserts); this compiles
 C++ compiler and turns each of its "ok <check>" lines into a test.
 """
 import os
-import subprocess
 
 import pytest
 from host_cxx import host_cxx
-from selftest_lines import assert_check_passed, assert_ran_exactly
+from selftest_lines import assert_check_passed, assert_ran_exactly, build_and_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "include")
@@ -34,10 +33,7 @@ def _compiler():
 def selftest_output(tmp_path_factory):
     exe = str(tmp_path_factory.mktemp("shape_dispatch") / "selftest")
     cmd = [_compiler(), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", INCLUDE, SOURCE, "-o", exe]
-    build = subprocess.run(cmd, capture_output=True, text=True)
-    assert build.returncode == 0, f"compiling {SOURCE} failed:\n{build.stderr}"
-    run = subprocess.run([exe], capture_output=True, text=True, timeout=120)
-    return run.returncode, run.stdout.splitlines()
+    return build_and_run(cmd, exe, SOURCE)
 
 
 @pytest.mark.parametrize("check", CHECKS)

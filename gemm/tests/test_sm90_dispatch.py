@@ -6,10 +6,9 @@ test. Skipped only where nvcc is not installed (the CI machine has it).
 """
 import os
 import shutil
-import subprocess
 
 import pytest
-from selftest_lines import assert_check_passed, assert_ran_exactly
+from selftest_lines import assert_check_passed, assert_ran_exactly, build_and_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEMM = os.path.dirname(HERE)
@@ -31,15 +30,12 @@ def selftest_output(tmp_path_factory):
            "-I", os.path.join(GEMM, "include"), "-I", os.path.join(GEMM, "gemm_cuda"),
            os.path.join(HERE, "sm90_dispatch_selftest.cu"), os.path.join(GEMM, "gemm_cuda", "gemm_cuda.cu"),
            "-o", exe]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, f"building the sm90 dispatch self-test failed:\n{build.stderr[-4000:]}"
     # No GPU is needed: the SM count falls back to the H200's 132 when no device answers, and the
     # tests pin it so a machine with a different GPU gives the same answers.
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     env.pop("GEMM_CUDA_CONFIG", None)
     env.pop("GEMM_CUDA_EXACT_ACCUMULATION", None)
-    run = subprocess.run([exe], capture_output=True, text=True, timeout=120, env=env)
-    return run.returncode, run.stdout.splitlines()
+    return build_and_run(cmd, exe, "the sm90 dispatch self-test", env=env)
 
 
 @pytest.mark.parametrize("check", CHECKS)
