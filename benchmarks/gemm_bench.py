@@ -524,7 +524,8 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
                 r[f"speedup_vs_{key}"] = us / r["matmul_2d_us"] if us else None
             rows.append(r)
             log(f"finegrained {m}x{n}x{k}: matmul_2d {r['matmul_2d_us']:.1f} us ({r['tflops']:.0f} TFLOP/s, quant "
-                f"{r['quant_us']:.1f} us = {100 * r['quant_share']:.0f} %, gemm alone {r['gemm_us']:.1f} us, ok={ok}), torch "
+                f"{r['quant_us']:.1f} us = {100 * r['quant_share']:.0f} %, gemm alone {r['gemm_us']:.1f} us, "
+                f"ok={ok}), torch "
                 f"{fmt(r['torch_us'])} / compiled quant {fmt(r['torch_compiled_us'])}, unfused {r['unfused_us']:.1f}, "
                 f"torch vs ours {fmt(r['torch_rel_diff'], '.2e')}")
             del x, y, q, s, ref
@@ -661,8 +662,9 @@ def render_md(data):
                   "Events: CUDA events around the call; kernel: the profiler's kernel time (launch gaps excluded, "
                   "how DeepGEMM's table is measured). TFLOP/s and the ratio to DeepGEMM's published H800 number, "
                   "both ways.", "",
-                  "| M x N x K | ours µs, events / kernel | ours TFLOP/s, events / kernel | DeepGEMM H800 (published) | "
-                  "ours / DeepGEMM, events / kernel | torch blockwise µs, events / kernel |",
+                  "| M x N x K | ours µs, events / kernel | ours TFLOP/s, events / kernel | "
+                  "DeepGEMM H800 (published) | ours / DeepGEMM, events / kernel | "
+                  "torch blockwise µs, events / kernel |",
                   "|---|---:|---:|---:|---:|---:|"]
         for r in dg:
             lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['ours_us'])} / {fmt(r.get('ours_kernel_us'))} | "
@@ -696,8 +698,8 @@ def render_md(data):
         lines += ["## matmul_2d from bf16 activations (CUDA-graph replay, L2 flushed)", "",
                   "matmul_2d = fp8_act_quant + the GEMM (its programmatic dependent); quantization = fp8_act_quant "
                   "alone, and its share of matmul_2d's time; added = matmul_2d - gemm.gemm alone on the quantized "
-                  "input, the time quantization adds to matmul_2d, and its share; torch = its per-group quantization (eager, or compiled "
-                  "into one kernel) + blockwise `_scaled_mm` (— where torch refuses the shape); unfused = the "
+                  "input, the time quantization adds to matmul_2d, and its share; torch = its per-group "
+                  "quantization (eager, or compiled into one kernel) + blockwise `_scaled_mm` (— where torch refuses the shape); unfused = the "
                   "plain-torch quantization + gemm.gemm. Times in µs.", "",
                   "| M x N x K | matmul_2d µs | TFLOP/s | quantization µs (share) | added µs (share) | torch µs | "
                   "torch, compiled quantization µs | unfused µs | speedup vs torch |",
