@@ -466,6 +466,33 @@ def test_cuda_matches_cpu_on_large_inputs(kind):
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
+@pytest.mark.parametrize("kind", FP8)
+def test_cuda_large_inputs_with_special_groups_and_row_strides(kind):
+    # Enough (row, group) items for the CUDA launcher's kernel for K-contiguous aligned rows (it takes
+    # problems of 16384 items and more), with an odd row count, NaN / inf / zero / huge groups scattered
+    # over rows and groups, and rows that are not adjacent in memory (aligned and unaligned row strides).
+    gen = torch.Generator().manual_seed(5)
+    for i, dtype in enumerate(ACT_DTYPES):
+        base = activations((2 * 137, 16384 + 64), dtype, seed=40 + i)
+        special = special_values(dtype)[:, :256]  # two whole groups a row
+        for j in range(special.shape[0]):
+            for _ in range(4):
+                r = int(torch.randint(0, base.shape[0], (1,), generator=gen))
+                g = int(torch.randint(0, 16384 // 128 - 1, (1,), generator=gen))
+                base[r, g * 128 : g * 128 + 256] = special[j]
+        base = base.cuda()
+        views = {"contiguous": base[:137, :16384].contiguous(), "every other row": base[::2, :16384],
+                 "16-byte aligned row stride": base[:137, :16384], "row stride off by one": base.view(-1)[1:].as_strided(
+                     (137, 16384), (16384 + 65, 1))}
+        for name, x in views.items():
+            q, scale = gemm.fp8_act_quant(x, dtype=FP8[kind])
+            try:
+                check_quantized(x, q, scale, kind)
+            except AssertionError as e:
+                raise AssertionError(f"{name}, {dtype}: {e}") from None
+
+
+@pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
 @pytest.mark.parametrize("m", [1, 3, 16, 64, 130, 512])
 @pytest.mark.parametrize("n,k", [(1536, 7168), (576, 7168), (7168, 2048), (4096, 128)])
 def test_cuda_matmul_2d_deepseek_shapes(m, n, k, monkeypatch):
