@@ -40,6 +40,9 @@ struct KernelArgs {
   // scheduled while the stream's previous kernel -- the launcher sets this only when that is its own
   // preparation pass -- finishes, and waits for it (griddepcontrol.wait) before touching global memory.
   bool overlap_previous = false;
+  // With overlap_previous: b is not written by that previous kernel (it produced a / a_scale only), so
+  // the kernel starts loading its first B stages before the wait.
+  bool b_before_wait = false;
 };
 
 // Stream-K plan of the tile kernels (sm90_tile_kernel.cuh, plan_split), shared with the

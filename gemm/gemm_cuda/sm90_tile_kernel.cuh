@@ -101,6 +101,7 @@ struct Params {
   int32_t dp_items, sk_items, sk_len, splits;
   float* partials;
   uint32_t* flags;
+  int32_t b_before_wait;  // KernelArgs::b_before_wait
 };
 
 // Calls f(phase, t, kb_begin, kb_end, my_slot, contrib_first, contrib_count) for every piece of work of
@@ -190,10 +191,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // Launched as a programmatic dependent of the preparation pass (KernelArgs::overlap_previous), the
-  // set-up above overlaps that kernel's tail; nothing below may read its outputs (or write anything)
-  // before it has completed. Without the launch attribute this returns at once.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  // Launched as a programmatic dependent of the kernel before it (KernelArgs::overlap_previous), the
+  // set-up above overlaps that kernel's tail; each thread waits for it (griddepcontrol.wait) before
+  // reading what it wrote or writing anything. Without the launch attribute the wait returns at once.
 
   if (wg == 0) {
     // ---------------- producer ----------------
@@ -203,6 +203,24 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       prefetch_map(&map_b);
       prefetch_map(&map_sfa);
       prefetch_map(&map_d);
+      // Where that kernel did not write B, the first piece's first ring of B blocks is requested before
+      // the wait; those stages then get only their A and a_scale blocks below.
+      int b_early = 0;
+      if (p.b_before_wait) {
+        bool first = true;
+        for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, [&](auto, int t, int kb0, int kb1, int, int, int) {
+          if (!first) return;
+          first = false;
+          int mw, nb;
+          tile_coords(t, num_m, num_n, p.group_m, mw, nb);
+          b_early = min(kb1 - kb0, C::kStages);
+          for (int i = 0; i < b_early; ++i) {
+            mbar_arrive_expect_tx(&full[i], C::kStageBytes);
+            tma_load_2d(smem + C::kOffB + i * C::kBBytes, &map_b, &full[i], (kb0 + i) * kBlockK, nb * C::BN);
+          }
+        });
+      }
+      asm volatile("griddepcontrol.wait;" ::: "memory");
       int s = 0;
       uint32_t phase = 0;
       // Same order of work as the math warpgroups (see the bottom of the kernel).
@@ -211,10 +229,14 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         tile_coords(t, num_m, num_n, p.group_m, mw, nb);
         const int m0 = mw * C::BM, n0 = nb * C::BN;
         for (int kb = kb_begin; kb < kb_end; ++kb) {
-          mbar_wait(&empty[s], phase ^ 1);
-          mbar_arrive_expect_tx(&full[s], C::kStageBytes);
+          if (b_early > 0) {
+            --b_early;  // the ring's first pass: stage s is free, its B block and byte count are in
+          } else {
+            mbar_wait(&empty[s], phase ^ 1);
+            mbar_arrive_expect_tx(&full[s], C::kStageBytes);
+            tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, n0);
+          }
           tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
-          tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, n0);
           tma_load_2d(smem + C::kOffSfa + s * C::kSfaBytes, &map_sfa, &full[s], m0, kb);
           if (++s == C::kStages) { s = 0; phase ^= 1; }
         }
@@ -225,6 +247,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   } else {
     // ---------------- math warpgroups ----------------
     if constexpr (C::kMathWGs >= 2) setmaxnreg_inc<C::kMathRegs>();
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const int mw = wg - 1;                 // which 64-row slice of the tile
     const int warp = tid / 32, lane = tid % 32;
     const int r0 = warp * 16 + lane / 4;   // accumulator rows r0 and r0 + 8 (of this warpgroup's 64)
@@ -607,7 +630,8 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
 
   Params p{a.m,        a.n,         a.k,       a.sfb,     a.sfb_ld, a.sfb_rows,
            a.alpha,    a.group > 1 ? a.group : 8,      sp.dp_items,
-           sp.sk_items, sp.sk_len,  sp.splits, partials,  flags};
+           sp.sk_items, sp.sk_len,  sp.splits, partials,  flags,
+           a.overlap_previous && a.b_before_wait && sp.sk_items == 0};
   // Only directly after the preparation pass: a flag memset in between is not a kernel to overlap.
   cudaLaunchAttribute attrs[1];
   const cudaLaunchConfig_t lc = launch_config<C>(sp.grid, stream, a.overlap_previous && sp.sk_items == 0, attrs);
