@@ -19,6 +19,11 @@ Suites (every result of ours is checked against a float64 reference before it is
                M in {1, 16, 64, 512, 4096}, with the quantization alone (its share), against torch doing
                the same job (per-group quantization, eager and compiled, then blockwise _scaled_mm) and
                against our unfused path (plain-torch quantization + gemm.gemm).
+  sustained    DeepGEMM's M = 4096 shapes called back to back for a few seconds each (ours, torch blockwise,
+               torch per-tensor) while nvidia-smi samples the SM clock, power and clock-limit reasons: the
+               TFLOP/s the board sustains and the dense FP8 tensor peak at the clock it holds; where Nsight
+               Compute (ncu) is installed, one call of ours per shape profiled at unlocked clocks (tensor-pipe
+               utilisation, issue activity, the largest stall reasons).
 --tune times every tile / CUTLASS configuration on the challenge shapes (how gemm_cuda.cu's table is made);
 --calibrate-decode times every decode plan (rows per CTA x K split) against the cost model's choice.
 Writes gemm_h200.json, gemm_h200.md and gemm_h200.png to --out (default benchmarks/out/, ignored by git).
@@ -29,9 +34,11 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEAK_FP8_TFLOPS = 1979.0  # dense FP8 peak of the H200 SXM (NVIDIA datasheet)
@@ -53,6 +60,12 @@ DECODE_NK = [(1536, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 1638
              (36864, 7168), (7168, 18432)]
 DECODE_M = [1, 2, 4, 8, 16, 32, 64]
 FINEGRAINED_M = [1, 16, 64, 512, 4096]
+SUSTAINED_SHAPES = [s for s in DEEPGEMM_PUBLISHED if s[0] == 4096]
+# Dense FP8 wgmma FLOPs per SM and clock on Hopper: 1979 TFLOP/s = 132 SMs x 1830 MHz x 8192 (NVIDIA datasheet).
+FP8_FLOP_PER_SM_CLOCK = 8192
+# nvidia-smi's clock event reason bits.
+CLOCK_REASONS = {0x1: "idle", 0x2: "application clocks", 0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal",
+                 0x40: "hw thermal", 0x80: "power brake", 0x100: "display clocks"}
 TILE_KERNELS = ["tile128x128", "tile64x128", "tile128x192", "tile128x64", "tile192x128", "tile192x144"]
 
 
@@ -360,6 +373,171 @@ def suite_deepgemm(torch, gemm, timer, log):
     return rows
 
 
+def _clock_reason_field():
+    for field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        try:
+            if subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv"], capture_output=True,
+                              timeout=20).returncode == 0:
+                return field
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    return None
+
+
+def _reasons(mask):
+    names = [name for bit, name in CLOCK_REASONS.items() if mask & bit]
+    return ", ".join(names) or "none"
+
+
+def run_sustained(torch, fn, seconds, reason_field):
+    """fn called back to back for `seconds` while nvidia-smi samples every 50 ms: µs per call, and the median
+    SM clock (MHz), its minimum, the median power (W) and the clock-limit reasons seen, over the samples of the
+    last three quarters (the first quarter is the ramp)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    mon = None
+    if reason_field:
+        mon = subprocess.Popen(["nvidia-smi", f"--query-gpu=clocks.sm,power.draw,{reason_field}",
+                                "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+        time.sleep(0.3)
+    calls, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        calls += 10
+        torch.cuda.synchronize()
+    r = dict(us=(time.perf_counter() - t0) / calls * 1e6)
+    if mon:
+        mon.terminate()
+        samples = []
+        for line in mon.communicate()[0].splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            try:
+                samples.append((float(parts[0]), float(parts[1]), int(parts[2], 16)))
+            except (ValueError, IndexError):
+                pass
+        samples = samples[len(samples) // 4:]
+        if samples:
+            mask = 0
+            for _, _, m in samples:
+                mask |= m
+            r.update(sm_clock_mhz=statistics.median(x[0] for x in samples), sm_clock_min_mhz=min(x[0] for x in samples),
+                     power_w=statistics.median(x[1] for x in samples), clock_reasons=_reasons(mask), samples=len(samples))
+    return r
+
+
+def ncu_metrics(ncu):
+    """The metrics asked of Nsight Compute: time, SM clock, issue activity, the tensor pipes' busy cycles and
+    every per-issue stall ratio this ncu knows for the device."""
+    fixed = ["gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second",
+             "smsp__issue_active.avg.pct_of_peak_sustained_active", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+    try:
+        listing = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return fixed
+    names = {line.split()[0] for line in listing.splitlines() if line.strip() and "__" in line.split()[0]}
+    tensor = sorted(n + ".avg.pct_of_peak_sustained_elapsed" for n in names
+                    if n.startswith("sm__pipe_tensor") and n.endswith("cycles_active"))
+    stalls = sorted(n + ".ratio" for n in names
+                    if n.startswith("smsp__average_warps_issue_stalled_") and n.endswith("_per_issue_active"))
+    return fixed + tensor + stalls
+
+
+def ncu_profile(m, n, k, metrics):
+    """One call of ours at m x n x k (the third, after two warm-ups) under Nsight Compute with the clocks left
+    to the board: {metric: value} of the GEMM kernel, or {"error": text}."""
+    ncu = shutil.which("ncu")
+    cmd = [ncu, "--clock-control", "none", "-k", "regex:[Gg]emm", "-s", "2", "-c", "1", "--csv", "--page", "raw",
+           "--metrics", ",".join(metrics), sys.executable, os.path.abspath(__file__), "--profile-one", f"{m},{n},{k}"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        return {"error": "ncu timed out"}
+    rows = [line for line in res.stdout.splitlines() if line.startswith('"')]
+    if res.returncode != 0 or len(rows) < 3:
+        return {"error": (res.stderr or res.stdout)[-600:]}
+    import csv
+
+    head, units, values = list(csv.reader(rows[:3]))
+    out = {"kernel": values[head.index("Kernel Name")] if "Kernel Name" in head else None}
+    for name, unit, value in zip(head, units, values):
+        if name in metrics:
+            try:
+                out[name] = (float(value.replace(",", "")), unit)
+            except ValueError:
+                pass
+    return out
+
+
+_TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+_RATE_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9, "cycle/second": 1.0, "cycle/usecond": 1e6,
+               "cycle/nsecond": 1e9}
+
+
+def ncu_derived(r):
+    """From a sustained row's ncu record: kernel µs, SM clock, TFLOP/s, the largest tensor-pipe busy share,
+    the tensor peak at that clock and the share of it DeepGEMM's published number needs; None without them."""
+    p = r.get("ncu") or {}
+    t, clk = p.get("gpu__time_duration.sum"), p.get("sm__cycles_elapsed.avg.per_second")
+    if not t or not clk or t[1].lower() not in _TIME_UNITS or clk[1].lower() not in _RATE_UNITS:
+        return None
+    us, hz = t[0] * _TIME_UNITS[t[1].lower()], clk[0] * _RATE_UNITS[clk[1].lower()]
+    peak = r["sms"] * FP8_FLOP_PER_SM_CLOCK * hz / 1e12
+    tensor = [v[0] for key, v in p.items() if key.startswith("sm__pipe_tensor") and isinstance(v, (list, tuple))]
+    stalls = sorted(((v[0], key[len("smsp__average_warps_issue_stalled_"):-len("_per_issue_active.ratio")])
+                     for key, v in p.items() if key.startswith("smsp__average_warps_issue_stalled_")
+                     and isinstance(v, (list, tuple))), reverse=True)[:4]
+    issue = p.get("smsp__issue_active.avg.pct_of_peak_sustained_active")
+    return dict(kernel=(p.get("kernel") or "?").replace("void ", "").split("(")[0], us=us, sm_clock_mhz=hz / 1e6,
+                tflops=tflops(r["m"], r["n"], r["k"], us), tensor_busy_pct=max(tensor) if tensor else None,
+                issue_busy_pct=issue[0] if issue else None, top_stalls=stalls, peak_at_clock_tflops=peak,
+                deepgemm_needs=r["deepgemm_h800_tflops"] / peak)
+
+
+def profile_one(torch, gemm, shape):
+    m, n, k = (int(x) for x in shape.split(","))
+    inp = make_inputs(torch, m, n, k, "kmajor", torch.Generator(device="cuda").manual_seed(3))
+    out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    f = ours(gemm, inp, out)
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+
+
+def suite_sustained(torch, gemm, log, seconds=2.0):
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    field = _clock_reason_field()
+    ncu = shutil.which("ncu")
+    metrics = ncu_metrics(ncu) if ncu else None
+    for (m, n, k) in SUSTAINED_SHAPES:
+        inp = make_inputs(torch, m, n, k, "kmajor", gen)
+        out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        f = ours(gemm, inp, out)
+        ok = run_checked(torch, f, out, reference(torch, inp))
+        tinp = torch_layout(torch, inp)
+        r = dict(m=m, n=n, k=k, ok=ok, sms=sms, deepgemm_h800_tflops=DEEPGEMM_PUBLISHED[(m, n, k)], impls={})
+        for name, fn in (("ours", f), ("torch blockwise", torch_blockwise(torch, tinp)),
+                         ("torch per-tensor", torch_tensorwise(torch, tinp))):
+            s = run_sustained(torch, fn, seconds, field)
+            s["tflops"] = tflops(m, n, k, s["us"])
+            if "sm_clock_mhz" in s:
+                s["peak_at_clock_tflops"] = sms * FP8_FLOP_PER_SM_CLOCK * s["sm_clock_mhz"] * 1e6 / 1e12
+                s["share_of_peak"] = s["tflops"] / s["peak_at_clock_tflops"]
+            r["impls"][name] = s
+            log(f"sustained {m}x{n}x{k} {name}: {json.dumps(s)}")
+        if ncu:
+            r["ncu"] = ncu_profile(m, n, k, metrics)
+            d = ncu_derived(r)
+            log(f"ncu {m}x{n}x{k}: {json.dumps(d)}" if d else f"ncu {m}x{n}x{k}: {json.dumps(r['ncu'])[:800]}")
+        rows.append(r)
+        del inp, tinp
+    return rows
+
+
 def launch_floor(torch, timer):
     """µs of a one-element fill by the same graph methods: what a launch costs whatever the kernel does."""
     x = torch.empty(1, device="cuda")
@@ -551,7 +729,7 @@ def finegrained_summary(rows):
                       ("quant_added_share", "the time quantization adds to matmul_2d (matmul_2d - gemm alone)")):
         if any(key not in r for r in big):
             continue
-        over = [f"{shape(r)} ({100 * r[key]:.0f} %)" for r in big if r[key] > 0.15]
+        over = [f"{shape(r)} ({100 * r[key]:.1f} %)" for r in big if r[key] > 0.15]
         lines.append(f"- {what}: <= 15 % of matmul_2d for M >= 512 and N >= 2048 on {len(big) - len(over)} "
                      f"of {len(big)} shapes" + (f"; above on {', '.join(over)}" if over else ""))
     return lines
@@ -712,6 +890,9 @@ def render_md(data):
                          f"{fmt(r.get('torch_compiled_us'))} | {fmt(r['unfused_us'])} | "
                          f"{fmt(r.get('speedup_vs_torch'), '.2f')} |")
         lines += [""] + finegrained_summary(fg) + [""]
+    su = data.get("sustained")
+    if su:
+        lines += render_sustained(su)
     for key, title in (("tune", "Tuning sweep (µs per configuration)"), ("calibrate_decode", "Decode plans (µs)")):
         if data.get(key):
             lines += [f"## {title}", ""]
@@ -722,6 +903,39 @@ def render_md(data):
                              f"{r['times'][best]:.1f}")
             lines.append("")
     return "\n".join(lines)
+
+
+def render_sustained(rows):
+    lines = ["## Sustained load: clocks, power and the tensor peak they allow", "",
+             "Each GEMM called back to back for 2 s; nvidia-smi samples every 50 ms (the first quarter, the ramp, "
+             "left out). Peak at clock: the dense FP8 tensor peak at the median SM clock held (SMs x 8192 FLOP per "
+             "clock), and the share of it reached.", "",
+             "| M x N x K | GEMM | TFLOP/s | SM clock MHz, median (min) | power W | clock limited by | peak at clock "
+             "TFLOP/s | share of it |",
+             "|---|---|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        for name, s in r["impls"].items():
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {name} | {fmt(s['tflops'], '.0f')} | "
+                         f"{fmt(s.get('sm_clock_mhz'), '.0f')} ({fmt(s.get('sm_clock_min_mhz'), '.0f')}) | "
+                         f"{fmt(s.get('power_w'), '.0f')} | {s.get('clock_reasons', '—')} | "
+                         f"{fmt(s.get('peak_at_clock_tflops'), '.0f')} | {fmt(s.get('share_of_peak'), '.2f')} |")
+    prof = [(r, ncu_derived(r)) for r in rows]
+    prof = [(r, d) for r, d in prof if d]
+    if prof:
+        lines += ["", "Nsight Compute, one call of ours (the third; clocks left to the board, so one call's clock, "
+                  "higher than under sustained load). Needed for DeepGEMM: its published H800 TFLOP/s as a share of "
+                  "the tensor peak at this clock.", "",
+                  "| M x N x K | kernel | µs | SM clock MHz | TFLOP/s | tensor pipe busy % | issue slots busy % | "
+                  "largest stalls (warps per issue) | needed for DeepGEMM |",
+                  "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+        for r, d in prof:
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | `{d['kernel']}` | {fmt(d['us'])} | "
+                         f"{fmt(d['sm_clock_mhz'], '.0f')} | {fmt(d['tflops'], '.0f')} | {fmt(d['tensor_busy_pct'])} | "
+                         f"{fmt(d['issue_busy_pct'])} | "
+                         f"{', '.join(f'{name} {v:.2f}' for v, name in d['top_stalls']) or '—'} | "
+                         f"{100 * d['deepgemm_needs']:.0f} % |")
+    lines.append("")
+    return lines
 
 
 def render_png(data, path):
@@ -786,6 +1000,7 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     ap.add_argument("--render", metavar="JSON")
+    ap.add_argument("--profile-one", metavar="M,N,K", help=argparse.SUPPRESS)  # the process ncu profiles
     args = ap.parse_args()
     if args.render:
         with open(args.render) as f:
@@ -795,6 +1010,10 @@ def main():
     import torch
 
     import gemm
+
+    if args.profile_one:
+        profile_one(torch, gemm, args.profile_one)
+        return 0
 
     log_path = os.path.join(args.out, "gemm_h200.log")
     os.makedirs(args.out, exist_ok=True)
@@ -823,12 +1042,14 @@ def main():
         data["decode"] = suite_decode(torch, gemm, timer, data["copy_bandwidth"], log)
     if "finegrained" in suites:
         data["finegrained"] = suite_finegrained(torch, gemm, timer, log)
+    if "sustained" in suites:
+        data["sustained"] = suite_sustained(torch, gemm, log)
     if args.tune:
         data["tune"] = tune(torch, gemm, timer, CHALLENGE_SHAPES, log)
     if args.calibrate_decode:
         data["calibrate_decode"] = calibrate_decode(torch, gemm, timer, log)
     write_outputs(data, args.out)
-    bad = [f"{s}:{r['m']}x{r['n']}x{r['k']}" for s in ("smoke", "challenge", "deepgemm", "decode", "finegrained")
+    bad = [f"{s}:{r['m']}x{r['n']}x{r['k']}" for s in ("smoke", "challenge", "deepgemm", "decode", "finegrained", "sustained")
            for r in data.get(s, []) if not r["ok"] or r.get("ours_mn_ok") is False]
     log(f"wrote {args.out}; {len(bad)} failed checks {bad[:10]}")
     return 1 if bad else 0

@@ -2,8 +2,14 @@
 # One H200 device call: build the kernels for CUDA from this tree, run their GPU tests, run the
 # benchmarks. Logs and results land in $OUT (the device tool brings them back).
 #
-#   bash benchmarks/run_h200.sh [build] [img2gray] [test[=PYTEST_ARGS]] [bench[=GEMM_BENCH_ARGS]] [img2gray-bench]
+#   bash benchmarks/run_h200.sh [publish-deps] [build] [img2gray] [test[=PYTEST_ARGS]] [bench[=GEMM_BENCH_ARGS]]
+#                               [img2gray-bench]
 #
+#   publish-deps    installs kernels, kernel-abi-check and tabulate (ci/requirements.txt's pins, which the
+#                   publishing tests need) from wheels carried in .cache/device-wheels, filled beforehand by
+#                   pip download kernels==0.17.2 kernel-abi-check==0.14.1 tabulate==0.10.0 --python-version 3.12 \
+#                     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#                     --platform manylinux2014_x86_64 --only-binary=:all: -d .cache/device-wheels
 #   build           pip build of gemm for CUDA (editable), log in build_gemm.log
 #   img2gray        the same for img2gray
 #   test=ARGS       pytest ARGS (default gemm/tests), log in pytest.log
@@ -11,7 +17,8 @@
 #   img2gray-bench  benchmarks/img2gray_bench.py -> img2gray_h200.{json,md,png}
 #
 # The CUTLASS headers (build.toml: cutlass_4_4) travel with the call: carry .cache/cutlass-4.4.2, which
-# ci/setup.sh (python tools/kbuild fetch-cutlass gemm) fills; the machine has no network.
+# ci/setup.sh (python tools/kbuild fetch-cutlass gemm) fills, and .cache/device-wheels for publish-deps;
+# the machine has no network.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/h200_out}
@@ -23,6 +30,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,t
 
 for arg in "$@"; do
   case "$arg" in
+    publish-deps)
+      timeout 120 python3 -m pip install --no-index --find-links .cache/device-wheels \
+        $(grep -E '^(kernels|kernel-abi-check|tabulate)==' ci/requirements.txt) > "$OUT/publish_deps.log" 2>&1
+      step "publish deps rc=$?: $(tail -1 "$OUT/publish_deps.log" | cut -c1-200)" ;;
     build)
       MAX_JOBS=16 timeout 420 python3 -m pip install --no-build-isolation --no-deps -e gemm > "$OUT/build_gemm.log" 2>&1
       step "gemm build rc=$? ($(grep -c 'nvcc' "$OUT/build_gemm.log") nvcc lines)"
