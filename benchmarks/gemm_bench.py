@@ -29,6 +29,7 @@ Suites (every result of ours is checked against a float64 reference before it is
 Writes gemm_h200.json, gemm_h200.md and gemm_h200.png to --out (default benchmarks/out/, ignored by git).
 """
 import argparse
+import csv
 import datetime
 import json
 import math
@@ -458,8 +459,6 @@ def ncu_profile(m, n, k, metrics):
     rows = [line for line in res.stdout.splitlines() if line.startswith('"')]
     if res.returncode != 0 or len(rows) < 3:
         return {"error": (res.stderr or res.stdout)[-600:]}
-    import csv
-
     head, units, values = list(csv.reader(rows[:3]))
     out = {"kernel": values[head.index("Kernel Name")] if "Kernel Name" in head else None}
     for name, unit, value in zip(head, units, values):
