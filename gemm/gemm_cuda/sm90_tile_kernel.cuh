@@ -203,22 +203,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       prefetch_map(&map_b);
       prefetch_map(&map_sfa);
       prefetch_map(&map_d);
-      // Where that kernel did not write B, the first piece's first ring of B blocks is requested before
-      // the wait; those stages then get only their A and a_scale blocks below.
+      // Where that kernel did not write B, the first tile's first ring of B blocks is requested before
+      // the wait; those stages then get only their A and a_scale blocks below. (The host sets
+      // b_before_wait only without split tiles, so the first piece is whole tile first_item.)
       int b_early = 0;
-      if (p.b_before_wait) {
-        bool first = true;
-        for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, [&](auto, int t, int kb0, int kb1, int, int, int) {
-          if (!first) return;
-          first = false;
-          int mw, nb;
-          tile_coords(t, num_m, num_n, p.group_m, mw, nb);
-          b_early = min(kb1 - kb0, C::kStages);
-          for (int i = 0; i < b_early; ++i) {
-            mbar_arrive_expect_tx(&full[i], C::kStageBytes);
-            tma_load_2d(smem + C::kOffB + i * C::kBBytes, &map_b, &full[i], (kb0 + i) * kBlockK, nb * C::BN);
-          }
-        });
+      if (p.b_before_wait && first_item < p.dp_items) {
+        int mw, nb;
+        tile_coords(first_item, num_m, num_n, p.group_m, mw, nb);
+        b_early = min(num_kb, C::kStages);
+        for (int i = 0; i < b_early; ++i) {
+          mbar_arrive_expect_tx(&full[i], C::kStageBytes);
+          tma_load_2d(smem + C::kOffB + i * C::kBBytes, &map_b, &full[i], i * kBlockK, nb * C::BN);
+        }
       }
       asm volatile("griddepcontrol.wait;" ::: "memory");
       int s = 0;
