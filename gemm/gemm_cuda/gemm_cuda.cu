@@ -441,7 +441,7 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   // The GEMM kernel overlaps the kernel before it: the preparation pass when there is one (the flag memset
   // of the fnuz path comes before that pass), else the caller's producer of a / a_scale.
   const bool overlap = (prep_ctas > 0 || (after_producer && !pl.fnuz)) && overlap_prep_allowed();
-  // Neither that pass (unless it converts b) nor the caller's producer writes b: the GEMM kernel may
+  // Neither that pass (unless it converts b) nor the caller's producer writes b: the tile kernel may
   // start loading it before its wait.
   const bool b_before_wait = overlap && !pl.convert_b;
   if (pl.decode) {
@@ -449,7 +449,6 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
     d.a = rebase(d.a, pl.convert_a);
     d.b = rebase(d.b, pl.convert_b);
     d.overlap_previous = overlap;
-    d.b_before_wait = b_before_wait;
     err = sm90::decode_run(d, stream);
   } else {
     sm90::KernelArgs args = pl.args;

@@ -22,8 +22,8 @@ size_t workspace_bytes(const GemmProblem& p);
 // after_producer: the kernel enqueued last on `stream` is the producer of a and a_scale (e.g.
 // act_quant(), which triggers its dependents early). The GEMM kernel is then launched as its
 // programmatic dependent: its launch and prologue overlap the producer's tail, and it waits
-// (griddepcontrol.wait) for the producer's completion before reading a or a_scale (its first stages of
-// b, which the producer does not write, are requested before the wait). Where the launcher
+// (griddepcontrol.wait) for the producer's completion before reading a or a_scale (the tile kernel's
+// first stages of b, which the producer does not write, are requested before the wait). Where the launcher
 // runs its own preparation pass first, that pass is the GEMM's producer instead and starts after the
 // caller's kernel completes. Only the hand-written tile and decode kernels overlap; CUTLASS kernels
 // ignore the attribute. GEMM_CUDA_PDL=0 turns every programmatic launch off.

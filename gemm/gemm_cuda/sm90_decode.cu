@@ -62,7 +62,6 @@ struct Params {
   int64_t out_sm, out_sn;
   float alpha;
   int32_t kb_per_split;  // K blocks per CTA of a cluster
-  int32_t w_before_wait;  // DecodeArgs::b_before_wait (with overlap_previous)
 };
 
 __device__ __forceinline__ uint16_t bf16_rne(float f) {
@@ -113,41 +112,28 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  // As a programmatic dependent of the preparation pass, the set-up above overlaps its tail; nothing
+  // below reads its outputs before it has completed. Without the launch attribute this returns at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   const bool math = warp < C::kProducerWarp;
   const int wg = warp / 4;                    // this math warpgroup's 64-row slice
   const int r0 = (warp % 4) * 16 + lane / 4;  // accumulator rows r0 and r0 + 8 of the slice
   const int c0 = 2 * (lane % 4);              // accumulator columns (activation rows) 8j + c0, 8j + c0 + 1
-  // Weight stages of the first tile whose TMA load (and byte count) is issued before the wait below.
-  int w_early = 0;
-  if (warp == C::kProducerWarp) {
-    if (lane == 0) {
-      prefetch_map(&map_w);
-      prefetch_map(&map_x);
-    }
-    const int first_tile = int(blockIdx.x / nsplit);
-    if (p.w_before_wait && first_tile < tiles) {
-      w_early = max(0, min(kb1 - kb0, C::kStages));
-      for (int i = 0; lane == 0 && i < w_early; ++i) {
-        mbar_arrive_expect_tx(&full[i], C::kTmaBytes);
-        tma_load_2d(smem + i * C::kWBytes, &map_w, &full[i], (kb0 + i) * kBlockK, first_tile * C::BW);
-      }
-    }
+  if (warp == C::kProducerWarp && lane == 0) {
+    prefetch_map(&map_w);
+    prefetch_map(&map_x);
   }
-  // As a programmatic dependent of the kernel before it, the set-up above overlaps its tail; nothing
-  // below reads what it wrote (or writes anything) before it has completed. Without the launch
-  // attribute this returns at once.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   // Unsplit tiles (nsplit == 1): the grid has at most one CTA per slot and each CTA walks the tiles
   // blockIdx.x, blockIdx.x + gridDim.x, ...; the ring's stage and phase carry over from tile to tile, so
-  // the producer loads the next tile while the math warps store this one. Split tiles: one per cluster
-  // (the loop is left after its K blocks).
+  // the producer loads the next tile while the math warps store this one. Split tiles: one per cluster.
+  const int tile_step = nsplit == 1 ? int(gridDim.x) : tiles;
   int s = 0;  // this thread's ring position: the producer's next stage to fill, a math warp's next to read
   uint32_t phase = 0;
   float acc[C::kAcc];
   int n0 = 0;
-  for (int tile = int(blockIdx.x / nsplit); tile < tiles; tile += int(gridDim.x)) {
+  for (int tile = int(blockIdx.x / nsplit); tile < tiles; tile += tile_step) {
     n0 = tile * C::BW;
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
@@ -156,13 +142,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
       const float* sb_row = p.sb + int64_t(n0 / 128) * p.sb_snb;
       for (int kb = kb0; kb < kb1; ++kb) {
         if (lane == 0) {
-          if (w_early > 0) {
-            --w_early;  // the ring's first pass: stage s is free, its weight block and byte count are in
-          } else {
-            mbar_wait(&empty[s], phase ^ 1);
-            mbar_arrive_expect_tx(&full[s], C::kTmaBytes);
-            tma_load_2d(smem + s * C::kWBytes, &map_w, &full[s], kb * kBlockK, n0);
-          }
+          mbar_wait(&empty[s], phase ^ 1);
+          mbar_arrive_expect_tx(&full[s], C::kTmaBytes);
+          tma_load_2d(smem + s * C::kWBytes, &map_w, &full[s], kb * kBlockK, n0);
           tma_load_2d(smem + C::kOffX + s * C::kXBytes, &map_x, &full[s], kb * kBlockK, 0);
         }
         __syncwarp();  // the stage is free for every lane once lane 0 has seen it released
@@ -329,7 +311,7 @@ cudaError_t launch(const DecodeArgs& a, cudaStream_t stream) {
   const int kb = (a.k + kBlockK - 1) / kBlockK;
   Params p{a.m,   a.n,         a.k,          a.sa,  a.sa_stride_m, a.sa_stride_kb, a.sb,
            a.sb_stride_nb, a.sb_stride_kb, a.out, a.out_stride_m, a.out_stride_n, a.alpha,
-           (kb + a.k_split - 1) / a.k_split, a.overlap_previous && a.b_before_wait};
+           (kb + a.k_split - 1) / a.k_split};
   const int tiles = (a.n + C::BW - 1) / C::BW;
   const int sms = a.sm_count > 0 ? a.sm_count : 132;
   const int ctas = a.k_split == 1 ? std::min(tiles, C::kCtasPerSm * sms) : tiles * a.k_split;

@@ -41,9 +41,6 @@ struct DecodeArgs {
   // Launch as a programmatic dependent of the stream's previous kernel (the launcher's preparation
   // pass): the kernel waits for it (griddepcontrol.wait) before touching global memory.
   bool overlap_previous = false;
-  // With overlap_previous: b and b_scale are not written by that previous kernel, so the kernel starts
-  // loading its first weight stages before the wait.
-  bool b_before_wait = false;
 };
 
 bool decode_can_implement(const DecodeArgs& a);
