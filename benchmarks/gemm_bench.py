@@ -684,7 +684,8 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
     against torch doing the same job and against our unfused path, on DeepSeek-V3 linear shapes. Times are
     CUDA-graph replays with the L2 flushed before each (µs per call):
       matmul_2d        gemm.matmul_2d(x, w, ws, [128, 128]) end to end, bf16 out;
-      quant            gemm.fp8_act_quant(x) alone (its share of matmul_2d's time is reported);
+      quant            gemm.fp8_act_quant(x) alone (its share of matmul_2d's time is reported), and its kernel's
+                       own run time from the profiler's records (L2 flushed; no launch in it);
       gemm             gemm.gemm on fp8_act_quant's outputs alone: matmul_2d - gemm is the time quantization adds
                        to matmul_2d (the GEMM's launch and set-up overlap the quantization's tail there);
       torch            per-group quantization in eager torch (float, amax, divide, clamp, cast, the scale
@@ -741,9 +742,11 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
                 return gemm.gemm(qq, w, sc, ws)
 
             r = dict(m=m, n=n, k=k, ok=ok, matmul_2d_us=timer.graph(fused, 1, True),
-                     quant_us=timer.graph(quant, 1, True), unfused_us=timer.graph(unfused, 1, True),
+                     quant_us=timer.graph(quant, 1, True), quant_kernel_us=timer.kernels(quant),
+                     unfused_us=timer.graph(unfused, 1, True),
                      gemm_us=timer.graph(lambda: gemm.gemm(q, w, s, ws), 1, True))
             r["quant_share"] = r["quant_us"] / r["matmul_2d_us"]
+            r["quant_kernel_share"] = r["quant_kernel_us"] / r["matmul_2d_us"]
             r["quant_added_share"] = max(0.0, r["matmul_2d_us"] - r["gemm_us"]) / r["matmul_2d_us"]
             r["torch_us"] = _try_time_refusable(torch_job, timer)
             r["torch_compiled_us"] = _try_time_refusable(torch_job_compiled, timer)
@@ -812,7 +815,8 @@ def finegrained_summary(rows):
         lines.append(f"- faster than {what} on {len(ran) - len(slower)} of the {len(ran)} shapes it runs"
                      + (f"; not on {', '.join(slower)}" if slower else ""))
     big = [r for r in rows if r["m"] >= 512 and r["n"] >= 2048]
-    for key, what in (("quant_share", "the quantization kernel timed alone"),
+    for key, what in (("quant_share", "the quantization timed alone in its own graph (its launch included)"),
+                      ("quant_kernel_share", "the quantization kernel's run time (profiler, L2 flushed)"),
                       ("quant_added_share", "the time quantization adds to matmul_2d (matmul_2d - gemm alone)")):
         if any(key not in r for r in big):
             continue
@@ -964,18 +968,22 @@ def render_md(data):
     if fg:
         lines += ["## matmul_2d from bf16 activations (CUDA-graph replay, L2 flushed)", "",
                   "matmul_2d = fp8_act_quant + the GEMM (its programmatic dependent); quantization = fp8_act_quant "
-                  "alone, and its share of matmul_2d's time; added = matmul_2d - gemm.gemm alone on the quantized "
+                  "alone in its own graph / its kernel's run time from the profiler, and their shares of matmul_2d's "
+                  "time; added = matmul_2d - gemm.gemm alone on the quantized "
                   "input, the time quantization adds to matmul_2d, and its share; torch = its per-group "
                   "quantization (eager, or compiled into one kernel) + blockwise `_scaled_mm` (— where torch refuses the shape); unfused = the "
                   "plain-torch quantization + gemm.gemm. Times in µs.", "",
-                  "| M x N x K | matmul_2d µs | TFLOP/s | quantization µs (share) | added µs (share) | torch µs | "
+                  "| M x N x K | matmul_2d µs | TFLOP/s | quantization µs: graph / kernel (shares) | added µs (share) | torch µs | "
                   "torch, compiled quantization µs | unfused µs | speedup vs torch |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in fg:
             added = (f"{fmt(r['matmul_2d_us'] - r['gemm_us'])} ({100 * r['quant_added_share']:.0f} %)"
                      if "gemm_us" in r else "—")
+            quant = (f"{fmt(r['quant_us'])} / {fmt(r['quant_kernel_us'])} ({100 * r['quant_share']:.0f} / "
+                     f"{100 * r['quant_kernel_share']:.0f} %)" if "quant_kernel_us" in r
+                     else f"{fmt(r['quant_us'])} ({100 * r['quant_share']:.0f} %)")
             lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {fmt(r['matmul_2d_us'])} | {fmt(r['tflops'], '.0f')} | "
-                         f"{fmt(r['quant_us'])} ({100 * r['quant_share']:.0f} %) | {added} | {fmt(r['torch_us'])} | "
+                         f"{quant} | {added} | {fmt(r['torch_us'])} | "
                          f"{fmt(r.get('torch_compiled_us'))} | {fmt(r['unfused_us'])} | "
                          f"{fmt(r.get('speedup_vs_torch'), '.2f')} |")
         lines += [""] + finegrained_summary(fg) + [""]
