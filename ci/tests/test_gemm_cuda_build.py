@@ -9,22 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 
-def test_gemm_cuda_sources_compile_to_wgmma():
+def test_gemm_cuda_sources_compile_to_wgmma(nvcc):
     from kbuild.config import load_config
     from kbuild.rules import section_of
-    from kbuild.toolchain import find_nvcc
 
-    nvcc = find_nvcc()
-    if nvcc is None or not Path(nvcc).exists():
-        if os.environ.get("CI_REQUIRE_NVCC") == "1":
-            pytest.fail("CI_REQUIRE_NVCC=1 but no nvcc: ci/setup.sh installs CUDA 13.0's nvcc from PyPI")
-        pytest.skip("nvcc not installed (ci/setup.sh installs it)")
     result = subprocess.run(["bash", str(ROOT / "ci" / "check_cuda.sh")], capture_output=True, text=True, timeout=1500,
                             env=dict(os.environ, PYTHON=sys.executable))
     print(result.stdout[-4000:], result.stderr[-4000:])
