@@ -769,14 +769,16 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
     return rows
 
 
+def shape(r):
+    """A result row's shape as the tables write it: MxNxK."""
+    return f"{r['m']}x{r['n']}x{r['k']}"
+
+
 def decode_summary(rows):
     """The decode criteria over the decode rows, on kernel time (profiler, L2 flushed): weight bytes per second
     at least 80 % of the copy bandwidth for M <= 16 and at least 65 % for M = 32 and 64, on weights of at
     least 8 MB, with the read ceiling's share beside every miss; and faster (graph replay, L2 flushed) than
     torch blockwise where it runs and than bf16 mm."""
-    def shape(r):
-        return f"{r['m']}x{r['n']}x{r['k']}"
-
     def ceiling(r):
         return f", ceiling {100 * r['ceiling_bw_share']:.0f} %" if "ceiling_bw_share" in r else ""
 
@@ -804,9 +806,6 @@ def decode_summary(rows):
 def finegrained_summary(rows):
     """The issue's criteria over the finegrained rows: faster than torch wherever torch runs, and the
     quantization's share at most 15 % of matmul_2d for M >= 512 and N >= 2048 (stated for every shape)."""
-    def shape(r):
-        return f"{r['m']}x{r['n']}x{r['k']}"
-
     lines = []
     for key, what in (("torch", "torch (eager quantization + blockwise `_scaled_mm`)"),
                       ("torch_compiled", "torch with its quantization compiled")):
