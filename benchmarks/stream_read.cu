@@ -89,6 +89,7 @@ extern "C" int stream_read_vec_launch(const void* p, long long n, void* sink, in
 
 extern "C" int stream_read_bulk_launch(const void* p, long long n, void* sink, int grid, int chunk, int stages,
                                        void* stream) {
+  if (stages < 1 || stages > 32 || chunk < 16 || chunk % 16 != 0) return int(cudaErrorInvalidValue);  // parity: 32 bits
   const int smem = stages * chunk + 8 * stages;
   if (const cudaError_t e = cudaFuncSetAttribute(stream_read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       e != cudaSuccess)
