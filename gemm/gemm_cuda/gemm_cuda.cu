@@ -441,9 +441,6 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
   // The GEMM kernel overlaps the kernel before it: the preparation pass when there is one (the flag memset
   // of the fnuz path comes before that pass), else the caller's producer of a / a_scale.
   const bool overlap = (prep_ctas > 0 || (after_producer && !pl.fnuz)) && overlap_prep_allowed();
-  // Neither that pass (unless it converts b) nor the caller's producer writes b: the tile kernel may
-  // start loading it before its wait.
-  const bool b_before_wait = overlap && !pl.convert_b;
   if (pl.decode) {
     sm90::DecodeArgs d = pl.decode_args;
     d.a = rebase(d.a, pl.convert_a);
@@ -458,7 +455,9 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
     args.sfb = static_cast<const float*>(rebase(args.sfb, pl.copy_sfb));
     args.d = const_cast<void*>(rebase(args.d, pl.stage_out));
     args.overlap_previous = overlap;
-    args.b_before_wait = b_before_wait;
+    // Neither that pass (unless it converts b) nor the caller's producer writes b: the tile kernel may
+    // start loading it before its wait.
+    args.b_before_wait = overlap && !pl.convert_b;
     void* kernel_ws = pl.kernel_ws > 0 ? at<void>(workspace, pl.off_kernel) : nullptr;
     const KernelEntry e = kernel_entry(pl.cfg.kernel);
     err = e.run != nullptr ? e.run(args, kernel_ws, pl.kernel_ws, stream) : cudaErrorInvalidValue;

@@ -37,8 +37,9 @@ struct KernelArgs {
   int32_t group = 1;  // rasterisation: M blocks per group (CUTLASS: its swizzle size)
   int32_t sm_count = 0;         // 0: ask the device
   // Programmatic dependent launch (tile kernels only; CUTLASS's ignore it): the kernel may be
-  // scheduled while the stream's previous kernel -- the launcher sets this only when that is its own
-  // preparation pass -- finishes, and waits for it (griddepcontrol.wait) before touching global memory.
+  // scheduled while the stream's previous kernel -- the launcher's own preparation pass, or the caller's
+  // producer of a / a_scale (gemm_cuda.h: after_producer) -- finishes, and waits for it
+  // (griddepcontrol.wait) before reading what it wrote.
   bool overlap_previous = false;
   // With overlap_previous: b is not written by that previous kernel (it produced a / a_scale only), so
   // the kernel starts loading its first B stages before the wait.
