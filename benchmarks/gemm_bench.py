@@ -483,7 +483,7 @@ def ncu_derived(r):
     if not t or not clk or t[1].lower() not in _TIME_UNITS or clk[1].lower() not in _RATE_UNITS:
         return None
     us, hz = t[0] * _TIME_UNITS[t[1].lower()], clk[0] * _RATE_UNITS[clk[1].lower()]
-    peak = r["sms"] * FP8_FLOP_PER_SM_CLOCK * hz / 1e12
+    peak = peak_at_clock(r["sms"], hz)
     tensor = [v[0] for key, v in p.items() if key.startswith("sm__pipe_tensor") and isinstance(v, (list, tuple))]
     stalls = sorted(((v[0], key[len("smsp__average_warps_issue_stalled_"):-len("_per_issue_active.ratio")])
                      for key, v in p.items() if key.startswith("smsp__average_warps_issue_stalled_")
@@ -493,6 +493,11 @@ def ncu_derived(r):
                 tflops=tflops(r["m"], r["n"], r["k"], us), tensor_busy_pct=max(tensor) if tensor else None,
                 issue_busy_pct=issue[0] if issue else None, top_stalls=stalls, peak_at_clock_tflops=peak,
                 deepgemm_needs=r["deepgemm_h800_tflops"] / peak)
+
+
+def peak_at_clock(sms, hz):
+    """The dense FP8 tensor peak (TFLOP/s) of `sms` SMs at an SM clock of `hz`."""
+    return sms * FP8_FLOP_PER_SM_CLOCK * hz / 1e12
 
 
 def profile_one(torch, gemm, shape):
@@ -524,7 +529,7 @@ def suite_sustained(torch, gemm, log, seconds=2.0):
             s = run_sustained(torch, fn, seconds, field)
             s["tflops"] = tflops(m, n, k, s["us"])
             if "sm_clock_mhz" in s:
-                s["peak_at_clock_tflops"] = sms * FP8_FLOP_PER_SM_CLOCK * s["sm_clock_mhz"] * 1e6 / 1e12
+                s["peak_at_clock_tflops"] = peak_at_clock(sms, s["sm_clock_mhz"] * 1e6)
                 s["share_of_peak"] = s["tflops"] / s["peak_at_clock_tflops"]
             r["impls"][name] = s
             log(f"sustained {m}x{n}x{k} {name}: {json.dumps(s)}")
