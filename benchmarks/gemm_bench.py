@@ -61,6 +61,8 @@ DECODE_NK = [(1536, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 1638
              (36864, 7168), (7168, 18432)]
 DECODE_M = [1, 2, 4, 8, 16, 32, 64]
 FINEGRAINED_M = [1, 16, 64, 512, 4096]
+# Interleaved rounds of the finegrained suite's timings (Timer.graphs).
+FINEGRAINED_ROUNDS = 3
 SUSTAINED_SHAPES = [s for s in DEEPGEMM_PUBLISHED if s[0] == 4096]
 # Dense FP8 wgmma FLOPs per SM and clock on Hopper: 1979 TFLOP/s = 132 SMs x 1830 MHz x 8192 (NVIDIA datasheet).
 FP8_FLOP_PER_SM_CLOCK = 8192
@@ -177,8 +179,7 @@ class Timer:
             times.append(s.elapsed_time(e) * 1e3)
         return statistics.median(times)
 
-    def graph(self, fn, calls=1, flush=True):
-        """Median µs per call of a CUDA graph holding `calls` back-to-back calls of fn."""
+    def _capture(self, fn, calls):
         torch = self.torch
         fn()
         torch.cuda.synchronize()
@@ -188,6 +189,11 @@ class Timer:
                 fn()
         for _ in range(2):
             g.replay()
+        return g
+
+    def _replays(self, g, calls, flush):
+        """Median µs per call over `reps` replays of g."""
+        torch = self.torch
         times = []
         for _ in range(self.reps):
             if flush:
@@ -198,8 +204,26 @@ class Timer:
             e.record()
             e.synchronize()
             times.append(s.elapsed_time(e) * 1e3 / calls)
-        del g
         return statistics.median(times)
+
+    def graph(self, fn, calls=1, flush=True):
+        """Median µs per call of a CUDA graph holding `calls` back-to-back calls of fn."""
+        g = self._capture(fn, calls)
+        us = self._replays(g, calls, flush)
+        del g
+        return us
+
+    def graphs(self, fns, rounds=3, flush=True):
+        """{name: µs} for a dict of callables, each captured in its own CUDA graph (one call) and replayed in
+        `rounds` interleaved rounds of `reps` replays: the median of its rounds' medians. Clocks that drift
+        during the measurement (a long GEMM under the power cap heats the GPU) then weigh on all alike."""
+        graphs = {name: self._capture(fn, 1) for name, fn in fns.items()}
+        per_round = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, g in graphs.items():
+                per_round[name].append(self._replays(g, 1, flush))
+        del graphs
+        return {name: statistics.median(v) for name, v in per_round.items()}
 
     def kernels(self, fn, flush=True):
         """Mean µs per call of the GPU kernels fn launches, from the profiler's kernel records (launch gaps
@@ -674,20 +698,21 @@ def _torch_group_quant(torch, x, dtype):
     return (qs[0], scales[0]) if len(qs) == 1 else (torch.cat(qs, 1), torch.cat(scales, 1))
 
 
-def _try_time_refusable(fn, timer):
-    """timer.graph(fn) for a torch baseline, or None where torch refuses the shape (its blockwise
-    _scaled_mm raises RuntimeError or, in newer releases, ValueError for M = 1, for example)."""
+def _refused(fn):
+    """Whether torch refuses the shape: its blockwise _scaled_mm raises RuntimeError or, in newer releases,
+    ValueError (for M = 1, for example)."""
     try:
         fn()
     except (RuntimeError, ValueError):
-        return None
-    return timer.graph(fn, 1, True)
+        return True
+    return False
 
 
 def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
     """matmul_2d from bf16 activations (one quantization kernel, then the GEMM as its programmatic dependent)
     against torch doing the same job and against our unfused path, on DeepSeek-V3 linear shapes. Times are
-    CUDA-graph replays with the L2 flushed before each (µs per call):
+    CUDA-graph replays with the L2 flushed before each (µs per call), all of a shape measured in interleaved
+    rounds (Timer.graphs):
       matmul_2d        gemm.matmul_2d(x, w, ws, [128, 128]) end to end, bf16 out;
       quant            gemm.fp8_act_quant(x) alone (its share of matmul_2d's time is reported), and its kernel's
                        own run time from the profiler's records (L2 flushed; no launch in it);
@@ -746,15 +771,15 @@ def suite_finegrained(torch, gemm, timer, log, ms=FINEGRAINED_M, nks=DECODE_NK):
                 qq, sc = _torch_group_quant(torch, x, fp8)
                 return gemm.gemm(qq, w, sc, ws)
 
-            r = dict(m=m, n=n, k=k, ok=ok, matmul_2d_us=timer.graph(fused, 1, True),
-                     quant_us=timer.graph(quant, 1, True), quant_kernel_us=timer.kernels(quant),
-                     unfused_us=timer.graph(unfused, 1, True),
-                     gemm_us=timer.graph(lambda: gemm.gemm(q, w, s, ws), 1, True))
+            jobs = dict(matmul_2d=fused, quant=quant, unfused=unfused, gemm=lambda: gemm.gemm(q, w, s, ws),
+                        torch=torch_job, torch_compiled=torch_job_compiled)
+            refused = {key for key in ("torch", "torch_compiled") if _refused(jobs[key])}
+            times = timer.graphs({key: fn for key, fn in jobs.items() if key not in refused}, FINEGRAINED_ROUNDS)
+            r = dict(m=m, n=n, k=k, ok=ok, rounds=FINEGRAINED_ROUNDS, quant_kernel_us=timer.kernels(quant),
+                     **{f"{key}_us": times.get(key) for key in jobs})
             r["quant_share"] = r["quant_us"] / r["matmul_2d_us"]
             r["quant_kernel_share"] = r["quant_kernel_us"] / r["matmul_2d_us"]
             r["quant_added_share"] = max(0.0, r["matmul_2d_us"] - r["gemm_us"]) / r["matmul_2d_us"]
-            r["torch_us"] = _try_time_refusable(torch_job, timer)
-            r["torch_compiled_us"] = _try_time_refusable(torch_job_compiled, timer)
             r["torch_rel_diff"] = None
             if r["torch_us"] is not None:
                 t_out = torch_job().float()
@@ -970,7 +995,10 @@ def render_md(data):
         lines += [""] + decode_summary(de) + [""]
     fg = data.get("finegrained")
     if fg:
-        lines += ["## matmul_2d from bf16 activations (CUDA-graph replay, L2 flushed)", "",
+        rounds = fg[0].get("rounds")
+        how = (f"; each shape's graph times in {rounds} interleaved rounds, the median of the rounds' medians"
+               if rounds else "")
+        lines += [f"## matmul_2d from bf16 activations (CUDA-graph replay, L2 flushed{how})", "",
                   "matmul_2d = fp8_act_quant + the GEMM (its programmatic dependent); quantization = fp8_act_quant "
                   "alone in its own graph / its kernel's run time from the profiler, and their shares of matmul_2d's "
                   "time; added = matmul_2d - gemm.gemm alone on the quantized "

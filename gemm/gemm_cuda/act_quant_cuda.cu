@@ -5,9 +5,9 @@
 // items. Two kernels:
 //
 // act_quant_fast_kernel, for a dynamic scale of K-contiguous rows of whole groups (k a multiple of 128)
-// with one 16-byte-aligned row stride, at most 2^31 - 1 items: 8 lanes take an item, 16 elements a lane
-// in two (fp32: four) 16-byte loads, and each thread takes 1, 2 or 4 (fp32: 1 or 2) items a step, all
-// loads issued before any arithmetic. Per step each lane reduces its items' amax partials with a
+// with one 16-byte-aligned row stride, at most 2^31 - 1 items, whatever their number: 8 lanes take an
+// item, 16 elements a lane in two (fp32: four) 16-byte loads, and each thread takes 1 or 2 (fp32: 1) items
+// a step, the loads of its next step issued before the arithmetic of this one. Per step each lane reduces its items' amax partials with a
 // reduce-scatter of shuffles that leaves each lane with one item's amax, computes that item's scale
 // (IEEE division) and reciprocal once, stores the scale, and the item's lanes fetch both with a shuffle:
 // the division, reciprocal and scale store are paid once a lane and step, not once an item. Where every
@@ -34,7 +34,7 @@
 // (cvt.rn.satfinite, which is clamp-then-round for every finite and infinite input); e4m3fnuz codes from
 // the same conversion of 2 * q (aq_fnuz_from_fn_x4) on the fast path, from the exact bit code of
 // act_quant.h otherwise. Each CTA executes griddepcontrol.launch_dependents once its first loads are
-// issued.
+// issued; the grid also clears the caller's zero range (act_quant_cuda.h), a few words per thread at most.
 #include "act_quant_cuda.h"
 #include "gemm_cuda.h"
 
@@ -207,8 +207,19 @@ __device__ __forceinline__ void advance(uint32_t& row, uint32_t& g, uint32_t row
   }
 }
 
+// Words the launch clears besides quantizing (act_quant's zero range), spread over the grid.
+struct ZeroWords {
+  uint32_t* ptr = nullptr;
+  uint32_t count = 0;
+};
+
+__device__ __forceinline__ void clear(const ZeroWords z) {
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < z.count; i += gridDim.x * kThreads) z.ptr[i] = 0;
+}
+
 template <ActDtype D, bool kFnuz>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm<D>) act_quant_kernel(const ActQuantProblem p, int unroll) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
+    act_quant_kernel(const ActQuantProblem p, int unroll, const ZeroWords zero) {
   const int lane = static_cast<int>(threadIdx.x) % 32, sub = lane % kLanesPerItem;
   const uint32_t groups = static_cast<uint32_t>(p.groups());  // < 2^32: act_quant()
   const float static_scale = p.mode == ActScaleMode::kStaticTensor ? __ldg(p.static_scale) : p.static_scale_value;
@@ -225,6 +236,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>) act_quant_kernel(cons
   const uint32_t stride_rows = stride / groups, stride_groups = stride % groups;
   const uint32_t next_rows = kItemsPerWarp / groups, next_groups = kItemsPerWarp % groups;
 
+  clear(zero);
   bool triggered = false;
   // Warp-uniform: every lane of the warp reaches every shuffle below.
   while (__any_sync(0xFFFFFFFFu, row < p.rows)) {
@@ -286,14 +298,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>) act_quant_kernel(cons
 // the codes of vector i at the same columns. Elements e of a lane: vector e / E, E = 16 / sizeof(T).
 constexpr int kFastLanes = 8;
 constexpr int kFastItemsPerWarp = 32 / kFastLanes;  // at a time: 4
-// Resident CTAs per SM and items per thread and step: 64 registers a thread hold four 16-bit items
-// (128 bytes of loads in flight), 80 hold two fp32 items.
+// Resident CTAs per SM and items per thread and step: 64 registers a thread hold two 16-bit items and the
+// two of the next step (128 bytes of loads in flight), 80 hold one fp32 item and the next.
 template <ActDtype D>
 constexpr int kFastCtasPerSm = D == ActDtype::kFloat32 ? 3 : 4;
 template <ActDtype D>
-constexpr int kFastMaxUnroll = D == ActDtype::kFloat32 ? 2 : 4;
+constexpr int kFastMaxUnroll = D == ActDtype::kFloat32 ? 1 : 2;
 
 struct FastArgs {
+  ZeroWords zero;
   const char* x;              // row 0, column 0
   uint32_t row_stride_bytes;  // between rows (16-byte multiple)
   uint8_t* q;                // (rows, groups * 128) codes
@@ -462,24 +475,37 @@ __global__ void __launch_bounds__(kThreads, kFastCtasPerSm<D>) act_quant_fast_ke
   uint8_t* const q_lane = a.q + sub * kVecElems<D>;
   const int mine = static_cast<int>(sub / kShare);  // the item whose scale this lane computes
 
-  bool triggered = false;
-  while (__any_sync(0xFFFFFFFFu, row < a.rows)) {
-    Lane16<D> data[U];
-    uint32_t rows_of[U], groups_of[U];
-    uint32_t r = row, gr = g;
+  // Issues the loads of the step whose first item of the thread is (r, gr).
+  const auto load_step = [&](uint32_t r, uint32_t gr, Lane16<D> (&data)[U]) {
 #pragma unroll
     for (int j = 0; j < U; ++j) {
-      rows_of[j] = r, groups_of[j] = gr;
       // Rows past the end read the last row: their codes are never stored.
       fast_load<D>(x_lane + uint64_t(min(r, a.rows - 1)) * a.row_stride_bytes + uint64_t(gr) * kGroupBytes, data[j]);
       if (j + 1 < U) advance(r, gr, next_rows, next_groups, groups);
     }
-    if (!triggered) {
-      // The CTA's first loads are issued, and the whole grid is resident: a programmatic dependent may
-      // launch once every CTA got here.
-      asm volatile("griddepcontrol.launch_dependents;");
-      triggered = true;
+  };
+
+  // The loads of step s + 1 are issued before the arithmetic of step s, so each thread keeps a step's
+  // loads in flight while it computes.
+  Lane16<D> data[U];
+  load_step(row, g, data);
+  clear(a.zero);
+  // The CTA's first loads are issued, and the whole grid is resident: a programmatic dependent may launch
+  // once every CTA got here.
+  asm volatile("griddepcontrol.launch_dependents;");
+  while (__any_sync(0xFFFFFFFFu, row < a.rows)) {
+    uint32_t rows_of[U], groups_of[U];
+    {
+      uint32_t r = row, gr = g;
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+        rows_of[j] = r, groups_of[j] = gr;
+        if (j + 1 < U) advance(r, gr, next_rows, next_groups, groups);
+      }
     }
+    advance(row, g, stride_rows, stride_groups, groups);
+    Lane16<D> next[U];
+    if (__any_sync(0xFFFFFFFFu, row < a.rows)) load_step(row, g, next);
 
     uint32_t m[U];
 #pragma unroll
@@ -517,7 +543,8 @@ __global__ void __launch_bounds__(kThreads, kFastCtasPerSm<D>) act_quant_fast_ke
                             dst + j * kFastItemsPerWarp * kQuantBlock);
     }
     item += stride;
-    advance(row, g, stride_rows, stride_groups, groups);
+#pragma unroll
+    for (int j = 0; j < U; ++j) data[j] = next[j];
   }
 }
 
@@ -538,11 +565,8 @@ bool merged_row_stride(const ActQuantProblem& p, int64_t& stride) {
   return true;
 }
 
-// Fewest (row, group) items the fast kernel takes (H200: below this it measured no faster than the generic one).
-constexpr int64_t kFastMinItems = 16384;
-
 template <ActDtype D>
-bool launch_fast(const ActQuantProblem& p, cudaStream_t stream) {
+bool launch_fast(const ActQuantProblem& p, const ZeroWords zero, cudaStream_t stream) {
   constexpr int64_t elem = sizeof(typename Elem<D>::T);
   int64_t stride = 0;
   if (p.mode != ActScaleMode::kDynamic || p.x_stride_k != 1 || p.k % kQuantBlock != 0) return false;
@@ -551,23 +575,22 @@ bool launch_fast(const ActQuantProblem& p, cudaStream_t stream) {
     return false;
   if (reinterpret_cast<uintptr_t>(p.q) % 8 != 0) return false;
   const int64_t items = p.rows * p.groups();
-  // Below a few items per SM the generic kernel's shorter chain per item is as fast or faster.
-  if (items < kFastMinItems) return false;
   const int64_t cap = int64_t(device_sm_count()) * kFastCtasPerSm<D>;  // CTAs resident at once
   // Items a thread and step: the count whose last round of steps wastes least, weighed by the cost of an
-  // element at that count (SASS instructions an element of the bf16 loop: 11.4, 9.6, 8.8 for 1, 2, 4);
+  // element at that count (SASS instructions an element of the bf16 loop: about 13.5 for 1, 11.5 for 2);
   // a tie goes to the larger count.
   int unroll = 1;
   int64_t best = INT64_MAX;
   for (int u = 1; u <= kFastMaxUnroll<D>; u *= 2) {
     const int64_t per_round = cap * (kThreads / kFastLanes) * u;
-    const int64_t cost = (items + per_round - 1) / per_round * u * (u == 1 ? 13 : u == 2 ? 11 : 10);
+    const int64_t cost = (items + per_round - 1) / per_round * u * (u == 1 ? 13 : 11);
     if (cost <= best) best = cost, unroll = u;
   }
   const int64_t per_cta = kThreads / kFastLanes * unroll;
   const int64_t ctas = (items + per_cta - 1) / per_cta;
   const unsigned grid = static_cast<unsigned>(ctas < cap ? ctas : cap);
   FastArgs a;
+  a.zero = zero;
   a.x = static_cast<const char*>(p.x);
   a.row_stride_bytes = static_cast<uint32_t>(stride * elem);
   a.q = p.q;
@@ -576,22 +599,19 @@ bool launch_fast(const ActQuantProblem& p, cudaStream_t stream) {
   a.groups = static_cast<uint32_t>(p.groups());
   a.scale_ld = static_cast<uint32_t>(p.scale_ld);
   const bool fnuz = p.format == Fp8Format::kE4M3FNUZ;
-  if constexpr (kFastMaxUnroll<D> >= 4) {
-    if (unroll == 4) {
-      (fnuz ? act_quant_fast_kernel<D, true, 4> : act_quant_fast_kernel<D, false, 4>)<<<grid, kThreads, 0, stream>>>(a);
+  if constexpr (kFastMaxUnroll<D> >= 2) {
+    if (unroll == 2) {
+      (fnuz ? act_quant_fast_kernel<D, true, 2> : act_quant_fast_kernel<D, false, 2>)<<<grid, kThreads, 0, stream>>>(a);
       return true;
     }
   }
-  if (unroll == 2)
-    (fnuz ? act_quant_fast_kernel<D, true, 2> : act_quant_fast_kernel<D, false, 2>)<<<grid, kThreads, 0, stream>>>(a);
-  else
-    (fnuz ? act_quant_fast_kernel<D, true, 1> : act_quant_fast_kernel<D, false, 1>)<<<grid, kThreads, 0, stream>>>(a);
+  (fnuz ? act_quant_fast_kernel<D, true, 1> : act_quant_fast_kernel<D, false, 1>)<<<grid, kThreads, 0, stream>>>(a);
   return true;
 }
 
 template <ActDtype D>
-void launch(const ActQuantProblem& p, cudaStream_t stream) {
-  if (launch_fast<D>(p, stream)) return;
+void launch(const ActQuantProblem& p, const ZeroWords zero, cudaStream_t stream) {
+  if (launch_fast<D>(p, zero, stream)) return;
   // Small problems spread over as many CTAs as fit at once (one item per half-warp: the shortest chain
   // of work per thread); larger ones batch up to kMaxUnroll items per thread.
   const int64_t items = p.rows * p.groups();  // rows <= INT32_MAX times groups < 2^32
@@ -602,9 +622,9 @@ void launch(const ActQuantProblem& p, cudaStream_t stream) {
   const int64_t ctas = (items + per_cta - 1) / per_cta;
   const unsigned grid = static_cast<unsigned>(ctas < cap ? ctas : cap);
   if (p.format == Fp8Format::kE4M3FNUZ)
-    act_quant_kernel<D, true><<<grid, kThreads, 0, stream>>>(p, unroll);
+    act_quant_kernel<D, true><<<grid, kThreads, 0, stream>>>(p, unroll, zero);
   else
-    act_quant_kernel<D, false><<<grid, kThreads, 0, stream>>>(p, unroll);
+    act_quant_kernel<D, false><<<grid, kThreads, 0, stream>>>(p, unroll, zero);
 }
 
 bool problem_valid(const ActQuantProblem& p) {
@@ -619,12 +639,16 @@ bool problem_valid(const ActQuantProblem& p) {
 
 }  // namespace
 
-cudaError_t act_quant(const ActQuantProblem& p, cudaStream_t stream) {
+cudaError_t act_quant(const ActQuantProblem& p, cudaStream_t stream, void* zero, size_t zero_bytes) {
   if (!problem_valid(p)) return cudaErrorInvalidValue;
+  if (zero_bytes % 4 != 0 || zero_bytes / 4 > UINT32_MAX || (zero_bytes > 0 && zero == nullptr) ||
+      reinterpret_cast<uintptr_t>(zero) % 4 != 0)
+    return cudaErrorInvalidValue;
+  const ZeroWords z{static_cast<uint32_t*>(zero), static_cast<uint32_t>(zero_bytes / 4)};
   switch (p.x_dtype) {
-    case ActDtype::kBFloat16: launch<ActDtype::kBFloat16>(p, stream); break;
-    case ActDtype::kFloat16: launch<ActDtype::kFloat16>(p, stream); break;
-    case ActDtype::kFloat32: launch<ActDtype::kFloat32>(p, stream); break;
+    case ActDtype::kBFloat16: launch<ActDtype::kBFloat16>(p, z, stream); break;
+    case ActDtype::kFloat16: launch<ActDtype::kFloat16>(p, z, stream); break;
+    case ActDtype::kFloat32: launch<ActDtype::kFloat32>(p, z, stream); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -14,6 +14,9 @@ namespace fp8gemm::cuda {
 // scheduled while it runs. Returns cudaErrorInvalidValue for a problem the caller should have rejected
 // (rows or k < 1, rows > INT32_MAX, more than 2^32 - 1 groups, null pointers, row_dims outside
 // 1..kActRowDims, unknown format or mode) and never aborts.
-cudaError_t act_quant(const ActQuantProblem& p, cudaStream_t stream);
+//
+// zero / zero_bytes: the launch also clears these bytes (4-byte aligned, a multiple of 4; e.g. the GEMM's
+// workspace_zero_range, so that no memset stands between this kernel and the GEMM as its dependent).
+cudaError_t act_quant(const ActQuantProblem& p, cudaStream_t stream, void* zero = nullptr, size_t zero_bytes = 0);
 
 }  // namespace fp8gemm::cuda

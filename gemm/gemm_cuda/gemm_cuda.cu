@@ -150,11 +150,12 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
 // sm90_decode.h) and for an id out of range.
 struct KernelEntry {
   size_t (*workspace_bytes)(const sm90::KernelArgs&) = nullptr;
+  size_t (*zeroed_bytes)(const sm90::KernelArgs&) = nullptr;
   cudaError_t (*run)(const sm90::KernelArgs&, void*, size_t, cudaStream_t) = nullptr;
 };
 
 KernelEntry kernel_entry(SK k) {
-#define FP8GEMM_ENTRY(name) KernelEntry{&sm90::name##_workspace_bytes, &sm90::name##_run}
+#define FP8GEMM_ENTRY(name) KernelEntry{&sm90::name##_workspace_bytes, &sm90::name##_zeroed_bytes, &sm90::name##_run}
   switch (k) {
     case SK::kCutlass128x128: return FP8GEMM_ENTRY(cutlass128x128);
     case SK::kCutlass128x128F16: return FP8GEMM_ENTRY(cutlass128x128_f16);
@@ -188,6 +189,7 @@ struct Plan {
   // Workspace offsets (bytes).
   size_t off_flag = 0, off_a = 0, off_b = 0, off_sfa = 0, off_sfb = 0, off_out = 0, off_kernel = 0;
   size_t kernel_ws = 0, total = 0;
+  size_t kernel_zeroed = 0;  // bytes at off_kernel that must be zero when the GEMM kernel starts
   sm90::KernelArgs args;  // pointers into the workspace are offsets until run_plan() rebases them
   sm90::DecodeArgs decode_args;
 };
@@ -300,6 +302,7 @@ Plan make_plan(const GemmProblem& p, const Sm90Config& cfg) {
 
   const KernelEntry entry = kernel_entry(cfg.kernel);
   if (entry.workspace_bytes != nullptr) pl.kernel_ws = entry.workspace_bytes(a);
+  if (entry.zeroed_bytes != nullptr) pl.kernel_zeroed = entry.zeroed_bytes(a);
   pl.total = align256(off + pl.kernel_ws);
   return pl;
 }
@@ -384,8 +387,16 @@ T* at(void* base, size_t off) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(base) + off);
 }
 
+// The workspace bytes a producer kernel may clear for the GEMM kernel (its split flags), where nothing runs
+// between the two: no preparation pass, no fnuz flag.
+WorkspaceRange zero_range(const Plan& pl) {
+  if (pl.decode || pl.fnuz || pl.convert_a || pl.convert_b || pl.copy_sfa || pl.copy_sfb || pl.kernel_zeroed == 0)
+    return {};
+  return {pl.off_kernel, pl.kernel_zeroed};
+}
+
 cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size_t workspace_size,
-                     cudaStream_t stream, bool after_producer) {
+                     cudaStream_t stream, bool after_producer, bool producer_zeroed) {
   if (workspace_size < pl.total || (pl.total > 0 && workspace == nullptr)) return cudaErrorInvalidValue;
   if ((reinterpret_cast<uintptr_t>(workspace) & 255u) != 0) return cudaErrorInvalidValue;
   const int sms = device_sm_count();
@@ -455,6 +466,7 @@ cudaError_t run_plan(const GemmProblem& p, const Plan& pl, void* workspace, size
     args.sfb = static_cast<const float*>(rebase(args.sfb, pl.copy_sfb));
     args.d = const_cast<void*>(rebase(args.d, pl.stage_out));
     args.overlap_previous = overlap;
+    args.workspace_zeroed = after_producer && producer_zeroed && zero_range(pl).bytes > 0;
     // Neither that pass (unless it converts b) nor the caller's producer writes b: the tile kernel may
     // start loading it before its wait.
     args.b_before_wait = overlap && !pl.convert_b;
@@ -547,9 +559,9 @@ size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg) {
 }
 
 cudaError_t gemm_with(const GemmProblem& p, const Sm90Config& cfg, void* workspace, size_t workspace_size,
-                      cudaStream_t stream, bool after_producer) {
+                      cudaStream_t stream, bool after_producer, bool producer_zeroed) {
   if (!problem_valid(p) || !config_valid(p, cfg)) return cudaErrorInvalidValue;
-  return run_plan(p, make_plan(p, cfg), workspace, workspace_size, stream, after_producer);
+  return run_plan(p, make_plan(p, cfg), workspace, workspace_size, stream, after_producer, producer_zeroed);
 }
 
 size_t workspace_bytes(const GemmProblem& p) {
@@ -557,10 +569,15 @@ size_t workspace_bytes(const GemmProblem& p) {
   return workspace_bytes_with(p, choose_config(p));
 }
 
+WorkspaceRange workspace_zero_range(const GemmProblem& p) {
+  if (!problem_valid(p)) return {};
+  return zero_range(make_plan(p, choose_config(p)));
+}
+
 cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_size, cudaStream_t stream,
-                 bool after_producer) {
+                 bool after_producer, bool producer_zeroed) {
   if (!problem_valid(p)) return cudaErrorInvalidValue;
-  return gemm_with(p, choose_config(p), workspace, workspace_size, stream, after_producer);
+  return gemm_with(p, choose_config(p), workspace, workspace_size, stream, after_producer, producer_zeroed);
 }
 
 cudaError_t gemm_exact_reference(const GemmProblem& p, cudaStream_t stream) {

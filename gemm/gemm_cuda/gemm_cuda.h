@@ -27,8 +27,20 @@ size_t workspace_bytes(const GemmProblem& p);
 // runs its own preparation pass first, that pass is the GEMM's producer instead and starts after the
 // caller's kernel completes. Only the hand-written tile and decode kernels overlap; CUTLASS kernels
 // ignore the attribute. GEMM_CUDA_PDL=0 turns every programmatic launch off.
+//
+// producer_zeroed (with after_producer): that producer also cleared workspace_zero_range(p) of this
+// workspace, which gemm() otherwise clears with a memset that keeps the GEMM kernel from overlapping it.
 cudaError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                 bool after_producer = false);
+                 bool after_producer = false, bool producer_zeroed = false);
+
+// The part of gemm()'s workspace that must be zero when its GEMM kernel starts (the flags of tiles split by
+// K) where a producer kernel of a / a_scale may clear it instead of gemm() (no preparation pass runs in
+// between): offset and bytes, multiples of 256. Empty where the GEMM needs no zeroed workspace or runs a
+// preparation pass first. Depends on what workspace_bytes() depends on.
+struct WorkspaceRange {
+  size_t offset = 0, bytes = 0;
+};
+WorkspaceRange workspace_zero_range(const GemmProblem& p);
 
 // SMs of the current device (132, an H100 / H200, where it cannot be read), cached per device: the launch
 // paths of the GEMM and of the activation quantization size their grids by it on every call.

@@ -54,7 +54,7 @@ Sm90Config choose_generic_config(const GemmProblem& p);
 // Same as workspace_bytes()/gemm() but with an explicit configuration (tuning sweeps, tests).
 size_t workspace_bytes_with(const GemmProblem& p, const Sm90Config& cfg);
 cudaError_t gemm_with(const GemmProblem& p, const Sm90Config& cfg, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream, bool after_producer = false);
+                      cudaStream_t stream, bool after_producer = false, bool producer_zeroed = false);
 
 // Exact CUDA-core path (fp32 per-block dot products, then the two scales): what the e4m3fnuz
 // fallback runs when an input holds +-240. Exposed for tests.

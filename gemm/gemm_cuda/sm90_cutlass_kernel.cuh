@@ -199,6 +199,7 @@ struct CutlassCoop128x128 {
   namespace fp8gemm::cuda::sm90 {                                                                    \
   using name##_type = CutlassCoop128x128<fp16_operands>;                                              \
   size_t name##_workspace_bytes(const KernelArgs& a) { return name##_type::workspace_bytes(a); }      \
+  size_t name##_zeroed_bytes(const KernelArgs&) { return 0; }                                         \
   bool name##_can_implement(const KernelArgs& a) { return name##_type::can_implement(a); }            \
   cudaError_t name##_run(const KernelArgs& a, void* ws, size_t ws_bytes, cudaStream_t s) {           \
     return name##_type::run(a, ws, ws_bytes, s);                                                      \

@@ -44,6 +44,9 @@ struct KernelArgs {
   // With overlap_previous: b is not written by that previous kernel (it produced a / a_scale only), so
   // the kernel starts loading its first B stages before the wait.
   bool b_before_wait = false;
+  // The first zeroed_bytes() bytes of the workspace are zero already (the caller's producer cleared them):
+  // no memset before the kernel, which then may overlap that producer.
+  bool workspace_zeroed = false;
 };
 
 // Stream-K plan of the tile kernels (sm90_tile_kernel.cuh, plan_split), shared with the
@@ -73,9 +76,11 @@ inline int64_t split_k_tail_splits(int64_t items, int64_t slots, int64_t kb) {
   return (kb + len - 1) / len;  // no empty piece
 }
 
-// Each kernel exposes the same three entry points.
+// Each kernel exposes the same entry points: zeroed_bytes is the start of its workspace that must be zero
+// when it starts (run() clears it first unless KernelArgs::workspace_zeroed).
 #define FP8GEMM_SM90_DECLARE_KERNEL(name)                                               \
   size_t name##_workspace_bytes(const KernelArgs& args);                                \
+  size_t name##_zeroed_bytes(const KernelArgs& args);                                   \
   bool name##_can_implement(const KernelArgs& args);                                    \
   cudaError_t name##_run(const KernelArgs& args, void* workspace, size_t workspace_bytes, \
                          cudaStream_t stream);

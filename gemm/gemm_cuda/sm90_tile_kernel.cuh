@@ -547,22 +547,23 @@ Split plan_split(const KernelArgs& a) {
 
 constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-// Workspace of a split plan: the partial-sum slots, then one flag per slot and math warpgroup.
-template <class C>
-size_t partials_bytes(const Split& sp) {
-  return align_up(size_t(sp.slots) * C::BM * C::BN * sizeof(float), 256);
-}
+// Workspace of a split plan: one flag per slot and math warpgroup (zero when the kernel starts), then the
+// partial-sum slots.
 template <class C>
 size_t flags_bytes(const Split& sp) {
-  return size_t(sp.slots) * C::kMathWGs * sizeof(uint32_t);
+  return sp.sk_items == 0 ? 0 : align_up(size_t(sp.slots) * C::kMathWGs * sizeof(uint32_t), 256);
 }
 template <class C>
 size_t workspace_bytes(const Split& sp) {
-  return sp.sk_items == 0 ? 0 : partials_bytes<C>(sp) + flags_bytes<C>(sp);
+  return sp.sk_items == 0 ? 0 : flags_bytes<C>(sp) + size_t(sp.slots) * C::BM * C::BN * sizeof(float);
 }
 template <class C>
 size_t workspace_bytes(const KernelArgs& a) {
   return workspace_bytes<C>(plan_split<C>(a));
+}
+template <class C>
+size_t zeroed_bytes(const KernelArgs& a) {
+  return flags_bytes<C>(plan_split<C>(a));
 }
 
 template <class C>
@@ -601,10 +602,12 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   uint32_t* flags = nullptr;
   if (sp.sk_items > 0) {
     if (workspace == nullptr || workspace_size < workspace_bytes<C>(sp)) return cudaErrorInvalidValue;
-    partials = static_cast<float*>(workspace);
-    flags = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + partials_bytes<C>(sp));
-    const cudaError_t e = cudaMemsetAsync(flags, 0, flags_bytes<C>(sp), stream);
-    if (e != cudaSuccess) return e;
+    flags = static_cast<uint32_t*>(workspace);
+    partials = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + flags_bytes<C>(sp));
+    if (!a.workspace_zeroed) {
+      const cudaError_t e = cudaMemsetAsync(flags, 0, flags_bytes<C>(sp), stream);
+      if (e != cudaSuccess) return e;
+    }
   }
   CUtensorMap ma, mb, msfa, md;
   const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
@@ -628,9 +631,10 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
            a.alpha,    a.group > 1 ? a.group : 8,      sp.dp_items,
            sp.sk_items, sp.sk_len,  sp.splits, partials,  flags,
            a.overlap_previous && a.b_before_wait && sp.sk_items == 0};
-  // Only directly after the preparation pass: a flag memset in between is not a kernel to overlap.
+  // Not after a flag memset: that is not a kernel to overlap.
   cudaLaunchAttribute attrs[1];
-  const cudaLaunchConfig_t lc = launch_config<C>(sp.grid, stream, a.overlap_previous && sp.sk_items == 0, attrs);
+  const bool memset_before = sp.sk_items > 0 && !a.workspace_zeroed;
+  const cudaLaunchConfig_t lc = launch_config<C>(sp.grid, stream, a.overlap_previous && !memset_before, attrs);
   const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
@@ -638,7 +642,7 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
 
 }  // namespace fp8gemm::cuda::sm90::tile
 
-// Defines the three entry points of sm90_kernel_args.h for one tile configuration (BN, math
+// Defines the entry points of sm90_kernel_args.h for one tile configuration (BN, math
 // warpgroups, double buffering): KernelArgs::decomposition kStreamK or kSplitK runs the build of the
 // kernel that can split tiles by K, anything else the data-parallel one.
 #define FP8GEMM_SM90_TILE_KERNEL(name, ...)                                                            \
@@ -647,6 +651,9 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   using name##_sk = tile::Cfg<__VA_ARGS__, true>;                                                      \
   size_t name##_workspace_bytes(const KernelArgs& a) {                                                 \
     return tile::splits_k(a) ? tile::workspace_bytes<name##_sk>(a) : tile::workspace_bytes<name##_dp>(a); \
+  }                                                                                                    \
+  size_t name##_zeroed_bytes(const KernelArgs& a) {                                                    \
+    return tile::splits_k(a) ? tile::zeroed_bytes<name##_sk>(a) : tile::zeroed_bytes<name##_dp>(a);     \
   }                                                                                                    \
   bool name##_can_implement(const KernelArgs& a) { return tile::can_implement<name##_dp>(a); }         \
   cudaError_t name##_run(const KernelArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {        \

@@ -468,12 +468,13 @@ def test_cuda_matches_cpu_on_large_inputs(kind):
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
 @pytest.mark.parametrize("kind", FP8)
 def test_cuda_large_inputs_with_special_groups_and_row_strides(kind):
-    # Enough (row, group) items for the CUDA launcher's kernel for K-contiguous aligned rows (it takes
-    # problems of 16384 items and more), with an odd row count, NaN / inf / zero / huge groups scattered
-    # over rows and groups, and rows that are not adjacent in memory (aligned and unaligned row strides).
+    # More (row, group) items than the CUDA launcher's grid takes in one step, so that threads of its kernel
+    # for K-contiguous aligned rows load their next step while they quantize one, with an odd row count,
+    # NaN / inf / zero / huge groups scattered over rows and groups, and rows that are not adjacent in
+    # memory (aligned and unaligned row strides).
     gen = torch.Generator().manual_seed(5)
     for i, dtype in enumerate(ACT_DTYPES):
-        base = activations((2 * 137, 16384 + 64), dtype, seed=40 + i)
+        base = activations((2 * 301, 16384 + 64), dtype, seed=40 + i)
         special = special_values(dtype)[:, :256]  # two whole groups a row
         for j in range(special.shape[0]):
             for _ in range(4):
@@ -481,9 +482,9 @@ def test_cuda_large_inputs_with_special_groups_and_row_strides(kind):
                 g = int(torch.randint(0, 16384 // 128 - 1, (1,), generator=gen))
                 base[r, g * 128 : g * 128 + 256] = special[j]
         base = base.cuda()
-        views = {"contiguous": base[:137, :16384].contiguous(), "every other row": base[::2, :16384],
-                 "16-byte aligned row stride": base[:137, :16384], "row stride off by one": base.view(-1)[1:].as_strided(
-                     (137, 16384), (16384 + 65, 1))}
+        views = {"contiguous": base[:301, :16384].contiguous(), "every other row": base[::2, :16384],
+                 "16-byte aligned row stride": base[:301, :16384], "row stride off by one": base.view(-1)[1:].as_strided(
+                     (301, 16384), (16384 + 65, 1))}
         for name, x in views.items():
             q, scale = gemm.fp8_act_quant(x, dtype=FP8[kind])
             try:
@@ -507,6 +508,43 @@ def test_cuda_matmul_2d_deepseek_shapes(m, n, k, monkeypatch):
     assert_close_fp8_tensor_core(y.cpu(), q, b.cpu(), s, b_scale.cpu())
     monkeypatch.setenv("GEMM_CUDA_PDL", "0")
     assert torch.equal(gemm.matmul_2d(a, b, b_scale, [128, 128]), y)
+
+
+@pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
+@pytest.mark.parametrize("config", ["tile128x128,streamk,1,8", "tile128x128,splitk,4,8", "tile64x128,streamk,1,8"])
+def test_cuda_matmul_2d_split_tiles_flags_cleared_by_the_quantization(config, monkeypatch):
+    # Tiles split by K hand partial sums over through flags in the GEMM's workspace that must be zero when
+    # the GEMM kernel starts; under matmul_2d the quantization kernel clears them. Freshly allocated
+    # workspace memory is poisoned first (a freed block of all-ones bytes the caching allocator hands out
+    # again), and graph replays reuse the flags the previous replay raised: both fail where they are not
+    # cleared. Every result matches the reference and the bits of the launch that waits for the quantization.
+    monkeypatch.setenv("GEMM_CUDA_CONFIG", config)
+    m, n, k = 301, 1536, 7168
+    gen = torch.Generator().manual_seed(11)
+    b = torch.randn(n, k, generator=gen).to(torch.float8_e4m3fn).cuda()
+    b_scale = (torch.rand(groups(n), groups(k), generator=gen) + 0.5).cuda()
+    inputs = [activations((m, k), torch.bfloat16, seed=60 + i, device="cuda") for i in range(4)]
+    wants = []
+    for a in inputs:
+        monkeypatch.setenv("GEMM_CUDA_PDL", "0")
+        wants.append(gemm.matmul_2d(a, b, b_scale, [128, 128]))
+        monkeypatch.delenv("GEMM_CUDA_PDL")
+    q, s, _ = matmul_reference(inputs[0], b, b_scale)
+    assert_close_fp8_tensor_core(wants[0].cpu(), q, b.cpu(), s, b_scale.cpu())
+    for a, want in zip(inputs, wants):
+        torch.full((64 << 20,), 0xFF, dtype=torch.uint8, device="cuda")  # freed at once: a poisoned block
+        assert torch.equal(gemm.matmul_2d(a, b, b_scale, [128, 128]), want)
+    static = inputs[0].clone()
+    gemm.matmul_2d(static, b, b_scale, [128, 128])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = gemm.matmul_2d(static, b, b_scale, [128, 128])
+    for _ in range(3):
+        for a, want in zip(inputs, wants):
+            static.copy_(a)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(y, want)
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")

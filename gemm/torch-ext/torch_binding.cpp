@@ -227,8 +227,11 @@ std::string shape_of(const fp8gemm::GemmProblem& p) {
 
 #if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
 // after_producer: the kernel enqueued just before on the current stream produced a / a_scale (CUDA: the
-// GEMM starts as its programmatic dependent; ROCm: plain stream order).
-void run_gpu(at::Tensor& out, const fp8gemm::GemmProblem& problem, bool after_producer = false) {
+// GEMM starts as its programmatic dependent; ROCm: plain stream order). workspace: allocated by the
+// caller (CUDA: workspace_bytes(problem) bytes), else here; producer_zeroed: that producer cleared its
+// workspace_zero_range (CUDA).
+void run_gpu(at::Tensor& out, const fp8gemm::GemmProblem& problem, bool after_producer = false,
+             at::Tensor workspace = {}, bool producer_zeroed = false) {
 #if defined(CUDA_KERNEL)
   const c10::cuda::OptionalCUDAGuard guard(out.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(out.device().index()).stream();
@@ -240,17 +243,18 @@ void run_gpu(at::Tensor& out, const fp8gemm::GemmProblem& problem, bool after_pr
 #endif
   // From the caching allocator, on the current stream, sized for this call; released (stream-ordered)
   // when this function returns.
-  at::Tensor workspace;
   void* workspace_ptr = nullptr;
   if (bytes > 0) {
-    workspace = at::empty({static_cast<int64_t>(bytes)}, out.options().dtype(at::kByte));
+    if (!workspace.defined()) workspace = at::empty({static_cast<int64_t>(bytes)}, out.options().dtype(at::kByte));
+    TORCH_CHECK(workspace.numel() >= static_cast<int64_t>(bytes), "gemm: workspace too small");
     workspace_ptr = workspace.data_ptr();
   }
 #if defined(CUDA_KERNEL)
-  const cudaError_t err = fp8gemm::cuda::gemm(problem, workspace_ptr, bytes, stream, after_producer);
+  const cudaError_t err = fp8gemm::cuda::gemm(problem, workspace_ptr, bytes, stream, after_producer, producer_zeroed);
   TORCH_CHECK(err == cudaSuccess, "gemm: CUDA backend failed (", shape_of(problem), "): ", cudaGetErrorString(err));
 #else
   (void)after_producer;
+  (void)producer_zeroed;
   const hipError_t err = fp8gemm::rocm::gemm(problem, workspace_ptr, bytes, stream);
   TORCH_CHECK(err == hipSuccess, "gemm: ROCm backend failed (", shape_of(problem), "): ", hipGetErrorString(err));
 #endif
@@ -393,9 +397,11 @@ bool row_layout(const at::Tensor& x, fp8gemm::ActQuantProblem& p) {
   return true;
 }
 
-// Quantizes x (rows >= 1, K >= 1) into `out` on x's device, on the current stream.
+// Quantizes x (rows >= 1, K >= 1) into `out` on x's device, on the current stream. CUDA: the launch also
+// clears zero_bytes at `zero` (act_quant_cuda.h).
 void run_act_quant(const at::Tensor& x_in, Quantized& out, const std::optional<at::Tensor>& activation_scale,
-                   std::optional<double> activation_scale_value) {
+                   std::optional<double> activation_scale_value, void* zero = nullptr, size_t zero_bytes = 0) {
+  (void)zero, (void)zero_bytes;  // CUDA only
   fp8gemm::ActQuantProblem p;
   at::Tensor x = x_in;
   if (!row_layout(x, p)) {  // more than kActRowDims leading dimensions that no stride merges
@@ -431,7 +437,7 @@ void run_act_quant(const at::Tensor& x_in, Quantized& out, const std::optional<a
 #if defined(CUDA_KERNEL)
     const c10::cuda::OptionalCUDAGuard guard(x.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-    const cudaError_t err = fp8gemm::cuda::act_quant(p, stream);
+    const cudaError_t err = fp8gemm::cuda::act_quant(p, stream, zero, zero_bytes);
     TORCH_CHECK(err == cudaSuccess, "fp8_act_quant: CUDA backend failed (", shape, "): ", cudaGetErrorString(err));
     return;
 #elif defined(ROCM_KERNEL)
@@ -495,7 +501,6 @@ at::Tensor matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   if (k == 0) return at::zeros(out_sizes, a.options().dtype(out_dtype));  // every output is an empty sum
 
   Quantized qa = allocate_quantized(a, b.scalar_type());
-  run_act_quant(a, qa, activation_scale, activation_scale_value);
   at::Tensor out = at::empty({rows, n}, a.options().dtype(at::kBFloat16));
   fp8gemm::GemmProblem p;
   p.m = rows;
@@ -518,12 +523,27 @@ at::Tensor matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   p.out_stride_n = 1;
   p.format = b.scalar_type() == at::kFloat8_e4m3fn ? fp8gemm::Fp8Format::kE4M3FN : fp8gemm::Fp8Format::kE4M3FNUZ;
   if (out.device().type() == at::kCPU) {
+    run_act_quant(a, qa, activation_scale, activation_scale_value);
 #ifdef CPU_KERNEL
     fp8gemm::cpu::gemm(p);
 #endif
   } else {
-#if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+#if defined(CUDA_KERNEL)
+    // The GEMM's workspace first: the quantization kernel also clears the part of it the GEMM kernel needs
+    // zeroed, so that no memset stands between the two and the GEMM starts as its programmatic dependent.
+    const c10::cuda::OptionalCUDAGuard guard(out.device());
+    const size_t bytes = fp8gemm::cuda::workspace_bytes(p);
+    at::Tensor workspace;
+    if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, out.options().dtype(at::kByte));
+    const fp8gemm::cuda::WorkspaceRange zero = fp8gemm::cuda::workspace_zero_range(p);
+    void* zero_ptr = zero.bytes > 0 ? static_cast<uint8_t*>(workspace.data_ptr()) + zero.offset : nullptr;
+    run_act_quant(a, qa, activation_scale, activation_scale_value, zero_ptr, zero.bytes);
+    run_gpu(out, p, /*after_producer=*/true, workspace, /*producer_zeroed=*/zero.bytes > 0);
+#else
+    run_act_quant(a, qa, activation_scale, activation_scale_value);  // ROCm, or the error of a build without one
+#if defined(ROCM_KERNEL)
     run_gpu(out, p, /*after_producer=*/true);  // the quantization is the stream's previous kernel
+#endif
 #endif
   }
   if (out_dtype != at::kBFloat16) out = out.to(out_dtype);
