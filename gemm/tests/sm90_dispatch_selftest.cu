@@ -18,6 +18,7 @@
 namespace fp8gemm::cuda::sm90 {
 #define STUB(name)                                                                                  \
   size_t name##_workspace_bytes(const KernelArgs&) { return 0; }                                    \
+  size_t name##_zeroed_bytes(const KernelArgs&) { return 0; }                                       \
   bool name##_can_implement(const KernelArgs&) { return false; }                                    \
   cudaError_t name##_run(const KernelArgs&, void*, size_t, cudaStream_t) { return cudaErrorNotSupported; }
 STUB(cutlass128x128)
