@@ -6,16 +6,16 @@
 //
 // act_quant_fast_kernel, for a dynamic scale of K-contiguous rows of whole groups (k a multiple of 128)
 // with one 16-byte-aligned row stride, at most 2^31 - 1 items, whatever their number: 8 lanes take an
-// item, 16 elements a lane in two (fp32: four) 16-byte loads, and each thread takes 1 or 2 (fp32: 1) items
-// a step, the loads of its next step issued before the arithmetic of this one. Per step each lane reduces its items' amax partials with a
-// reduce-scatter of shuffles that leaves each lane with one item's amax, computes that item's scale
-// (IEEE division) and reciprocal once, stores the scale, and the item's lanes fetch both with a shuffle:
-// the division, reciprocal and scale store are paid once a lane and step, not once an item. Where every
-// scale of the warp is finite (a finite amax, act_quant.h: aq_quotient_fast_ok then holds) all items take
-// one branch-free path: x / scale from the reciprocal and two fmas (aq_quotient), e4m3fn codes from
-// cvt.rn.satfinite two at a time with the signs of x ORed in (the only effect of aq_quotient's copysign),
-// e4m3fnuz codes through aq_fnuz_from_fn_x4; one 8-byte (fp32: 4-byte) store a 16-byte load. Other warps
-// take each item's path by its own scale.
+// item, 16 elements a lane in two (fp32: four) 16-byte loads, and each thread takes 1 or 2 (fp32: 1)
+// items a step, the loads of its next step issued before the arithmetic of this one. Per step each lane
+// reduces its items' amax partials with a reduce-scatter of shuffles that leaves each lane with one item's
+// amax, computes that item's scale (IEEE division) and reciprocal once, stores the scale, and the item's
+// lanes fetch both with a shuffle: the division, reciprocal and scale store are paid once a lane and step,
+// not once an item. Where every scale of the warp is finite (a finite amax, act_quant.h:
+// aq_quotient_fast_ok then holds) all items take one branch-free path: x / scale from the reciprocal and
+// two fmas (aq_quotient), e4m3fn codes from cvt.rn.satfinite two at a time with the signs of x ORed in (the
+// only effect of aq_quotient's copysign), e4m3fnuz codes through aq_fnuz_from_fn_x4; one 8-byte (fp32:
+// 4-byte) store a 16-byte load. Other warps take each item's path by its own scale.
 //
 // act_quant_kernel, for everything else (static scales, strided or unaligned rows or columns, a partial
 // last group, dimensions that do not merge): a half-warp takes an item, 16 lanes of 8 consecutive
