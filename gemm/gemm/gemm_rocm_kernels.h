@@ -20,7 +20,7 @@
 //     with one LDS buffer, which is what keeps 2 workgroups per CU);
 //   * the MFMAs compute the transposed product (B fragment as the instruction's A operand), so an
 //     accumulator column is an output row: each lane needs the a_scale of kSubM rows only, loaded
-//     straight from memory, and b_scale is one scalar load per tile and K block;
+//     straight from memory, and b_scale is one vector load (all lanes the same address) per K block;
 //   * per K block the MFMAs accumulate into a zeroed fp32 partial, then one multiply-add per output
 //     folds it into the fp32 accumulator with a_scale[row] * b_scale;
 //   * with waves_k > 1, that many waves share each output sub-tile, each multiplying its own slice of
@@ -30,7 +30,8 @@
 //     workgroup takes an equal contiguous run of the (tile, K block) iterations; a tile shared by
 //     several workgroups is finished in the kernel by the last of them to arrive (an atomic ticket
 //     per tile), which sums the others' fp32 partial slots in a fixed order and writes bf16. No
-//     separate reduction pass; the tickets are zeroed by the plan's zero pass (a memset).
+//     separate reduction pass. The last arrival wraps its tile's ticket back to 0, so the tickets are
+//     zero after the call; the plan's zero pass (a memset) clears them in a fresh workspace.
 #pragma once
 
 #include <cstdint>
@@ -159,7 +160,8 @@ struct TileStager {
   static_assert(kRows / kMnRows * 32 == kThreads, "MN-major thread mapping");
 
   arch::BufferRsrc cur;   // based at the next K block's first byte (advanced by `step` after each load)
-  int64_t step;           // bytes between the first bytes of consecutive K blocks
+  uint32_t step;          // bytes between the first bytes of consecutive K blocks (< 2^32: the plan keeps a
+                          // K block's bytes within 2 GiB of its first byte)
   uint32_t range_full;    // buffer bytes of a whole K block
   uint32_t range_last;    // buffer bytes of the last K block (K tail: rows or chunks past K read zeros)
   int k_left;             // K-major: k_valid - k0 of the next K block
@@ -192,9 +194,9 @@ struct TileStager {
     } else {
       row = (tid / 32) * kMnRows;
       kofs = 4 * (tid % 32);
-      step = static_cast<int64_t>(kBlockK) * ld;
-      cur = arch::make_buffer(base + row0 + static_cast<int64_t>(kb_first) * step, 0);
-      range_full = clamp_bytes(step);
+      step = static_cast<uint32_t>(kBlockK * ld);
+      cur = arch::make_buffer(base + row0 + static_cast<int64_t>(kb_first) * kBlockK * ld, 0);
+      range_full = clamp_bytes(kBlockK * ld);
       range_last = clamp_bytes(static_cast<int64_t>(k_valid - k_last) * ld);
       k_left = 0;
       const bool rows_ok = row + kMnRows <= rows_left;  // whole row groups only (plan: rows % 16 == 0)

@@ -242,9 +242,9 @@ def test_gemm_instantiation_isa(launcher_asm, kernels, kernel_index):
     assert ka.count("ds_read_b128") > 0 and ka.count("ds_write_b128") > 0, ka.instructions
     assert ka.count("global_store_dwordx2") > 0, ka.instructions  # four bf16 columns per store
     assert ka.count("global_store_dwordx4") > 0, ka.instructions  # four fp32 sums per partial-slot store
-    # Stream-K hand-off: one ticket per shared tile (atomic add with return), the slots released
+    # Stream-K hand-off: one ticket per shared tile (wrapping atomic increment with return), the slots released
     # and acquired at agent scope (L2 write-back / invalidate: the XCDs' L2s are not coherent).
-    assert ka.count("global_atomic_add") > 0, ka.instructions
+    assert ka.count("global_atomic_inc") > 0, ka.instructions
     assert ka.count("buffer_wbl2") > 0 and ka.count("buffer_inv") > 0, ka.instructions
     assert ka.count("flat_") == 0, ka.instructions
     assert ka.count("s_barrier") >= 2
@@ -320,20 +320,20 @@ def test_main_loop_budgets(loop_counts, kernels, kernel_index):
         # Its share of the tile copy.
         assert c.lds_write_bytes == (kd["block_m"] + kd["block_n"]) * 128 * 64 // kd["threads"], (where, c)
         # Bounds by buffer ranges, not branches; operands through 16/8-byte buffer loads; a_scale
-        # per lane (one dword per MFMA tile row), b_scale scalar.
+        # per lane (one dword per MFMA tile row), b_scale one dword (every lane the same address).
         assert c.divergent_branches == 0, (where, c)
         assert set(c.vector_loads) <= {"buffer_load_dwordx4", "buffer_load_dwordx2", "global_load_dword"}, (where, c)
-        assert c.vector_loads.get("global_load_dword", 0) == wave_m // kd["mfma"], (where, c)
+        assert c.vector_loads.get("global_load_dword", 0) == wave_m // kd["mfma"] + 1, (where, c)
         assert c.barriers == 2, (where, c)
         # The VALU work of a step fits under its MFMA time.
         assert c.valu_cycles <= c.mfma_cycles, (where, c.valu, c.mfma_cycles)
         # From the cost model: no scalar load in the step (b_scale is a vector load, so the lgkmcnt
         # wait before the first MFMA waits for LDS only), no per-step 64-bit multiplies (the buffer
-        # base moves by an add), the scalar pipe under a quarter of the MFMA time, and one wave's
+        # base moves by an add), the scalar pipe at most half as busy as the MFMA pipe, and one wave's
         # critical path (issue + exposed latency) within 1.25 x the MFMA time of the waves per SIMD
         # the configuration is built for.
         assert c.scalar_loads == 0 and c.scalar_muls == 0, (where, c)
-        assert c.salu * rocm_cost.SALU_CYCLES * 4 <= c.mfma_cycles, (where, c.salu)
+        assert c.salu * rocm_cost.SALU_CYCLES * 2 <= c.mfma_cycles, (where, c.salu)
         path = rocm_cost.step_critical_path(c)
         assert path <= 1.25 * kd["waves_per_simd"] * c.mfma_cycles, (where, path, c.mfma_cycles)
 
