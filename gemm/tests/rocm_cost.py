@@ -740,6 +740,21 @@ def render_step_table(kernels: list[dict], counts: dict, vgprs: dict) -> str:
     return "\n".join(out)
 
 
+def render_step_change_table(kernels: list[dict], counts: dict, baseline: dict) -> str:
+    """Per instantiation and loop, the replaced kernels' step (baseline file) -> the current one: the
+    counts the issue and latency terms read."""
+    _, before, _, _ = _baseline_inputs(baseline)
+    out = ["| instantiation | loop | instructions | SALU | `s_mul` | scalar loads | VALU | step path (cycles) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for kd in kernels:
+        for layout in ("k_major", "mn_major"):
+            c, o = counts[kd["id"]][layout], before[kd["id"]][layout]
+            out.append(f"| `{kd['name']}` | {layout.replace('_', '-')} | {o.instructions} → {c.instructions} "
+                       f"| {o.salu} → {c.salu} | {o.scalar_muls} → {c.scalar_muls} | {o.scalar_loads} → {c.scalar_loads} "
+                       f"| {o.valu} → {c.valu} | {step_critical_path(o):.0f} → {step_critical_path(c):.0f} |")
+    return "\n".join(out)
+
+
 def render_bound_table(bounds: list[Honest], before: list[Honest], previous: list[Bound]) -> str:
     out = ["| M | N | K | instantiation | workgroups | resident waves/SIMD | step path (cycles) | MFMA µs | issue µs "
            "| LDS µs | L2 µs | HBM µs | MALL µs | fix-up µs | fences µs | dispatch µs | bound µs | binding "
@@ -814,6 +829,8 @@ def main() -> int:
     resources = rocm_asm.render_resource_table(rocm_asm.resource_rows(kernels, asm))
     print("<!-- BEGIN rocm_resources -->\n" + resources + "\n<!-- END rocm_resources -->\n")
     print("<!-- BEGIN rocm_step_costs -->\n" + render_step_table(kernels, counts, vgprs) + "\n<!-- END rocm_step_costs -->\n")
+    print("<!-- BEGIN rocm_step_changes -->\n" + render_step_change_table(kernels, counts, base)
+          + "\n<!-- END rocm_step_changes -->\n")
     print("<!-- BEGIN rocm_bounds -->\n" + render_bound_table(bounds, baseline_honest_bounds(base), baseline_previous_bounds(base))
           + "\n<!-- END rocm_bounds -->")
     return 0

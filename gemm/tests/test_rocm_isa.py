@@ -354,6 +354,8 @@ def test_doc_tables_match_the_compiler(asm_text_cxx17, kernels, dispatch_tool):
         "gemm/docs/rocm_gfx942.md per-step cost table is stale: regenerate with python gemm/tests/rocm_cost.py")
     bounds = rocm_cost.model_tables(kernels, counts, vgprs, fences, rocm_asm.select(dispatch_tool, rocm_asm.BENCHMARK_SHAPES))
     base = rocm_cost.load_baseline()
+    assert rocm_asm.doc_block("rocm_step_changes") == rocm_cost.render_step_change_table(kernels, counts, base), (
+        "gemm/docs/rocm_gfx942.md step change table is stale: regenerate with python gemm/tests/rocm_cost.py")
     table = rocm_cost.render_bound_table(bounds, rocm_cost.baseline_honest_bounds(base), rocm_cost.baseline_previous_bounds(base))
     assert rocm_asm.doc_block("rocm_bounds") == table, (
         "gemm/docs/rocm_gfx942.md bound table is stale: regenerate with python gemm/tests/rocm_cost.py")
