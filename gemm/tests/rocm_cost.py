@@ -1,11 +1,15 @@
 """ISA-derived cost model of the gfx942 GEMM: per-step instruction counts read from the clang-19
-assembly of the main loops, combined with the dispatch table into per-shape lower-bound estimates
-(MFMA, VALU, LDS, HBM and Infinity Cache time on an MI300X). Nothing here runs on an AMD GPU: every
-number is an estimate from a model, never a measurement.
+assembly of the main loops, combined with the dispatch table into per-shape estimates on an MI300X:
+the pipes (MFMA, VALU, scalar), instruction issue and the latency one wave cannot hide, LDS, L2, HBM
+and Infinity Cache traffic, the stream-K hand-off with its fences, and one dispatch per launch
+(honest_bound); shape_bound is the previous, pipes-and-bytes-only model, kept for the comparison
+column. Nothing here runs on an AMD GPU: every number is an estimate from a model, never a
+measurement.
 
     python gemm/tests/rocm_cost.py             # print the generated doc blocks (needs clang-19, g++)
     python gemm/tests/rocm_cost.py baseline ASM SELECT_JSON KERNELS_JSON COMMIT > OUT.json
-                                               # loop counts of another build (the committed baseline)
+                                               # counts and dispatch of another build (the committed
+                                               # baseline: the kernels this code replaced)
 
 The model and its constants are described in gemm/docs/rocm_gfx942.md ("Cost model").
 """
@@ -285,26 +289,6 @@ def main_loop_counts(asm_text: str) -> dict[int, dict[str, StepCounts]]:
             depth = blocks_of_loop[0].depth
             assert all(b.depth == depth for b in blocks_of_loop), f"{sym}: nested loop inside the main loop"
         out[kid] = {LOOPS[note]: count_step(bl) for note, bl in loops.items()}
-    return out
-
-
-def legacy_loop_counts(asm_text: str) -> dict[int, dict[str, StepCounts]]:
-    """Main loops of a build without ISA notes: the MFMA loops of each GEMM kernel, MN-major the one
-    with the register transposes (v_perm_b32). Blocks that convert e4m3fn bytes (the SWAR constant
-    0x7f7f7f7f) are skipped: they do not run for e4m3fnuz inputs."""
-    out = {}
-    for sym, blocks in function_blocks(asm_text).items():
-        kid = rocm_asm.gemm_symbol_id(sym)
-        if kid is None:
-            continue
-        out[kid] = {}
-        for header in sorted({b.loop for b in blocks if b.loop and b.depth == 1}):
-            bl = loop_blocks(blocks, header)
-            if not any(l.startswith("v_mfma") for b in bl for l in b.lines):
-                continue
-            kind = "mn_major" if any(l.startswith("v_perm_b32") for b in bl for l in b.lines) else "k_major"
-            out[kid][kind] = count_step(bl, skip=lambda b: any("0x7f7f7f7f" in l for l in b.lines))
-        assert set(out[kid]) == {"k_major", "mn_major"}, (sym, sorted(out[kid]))
     return out
 
 
@@ -664,34 +648,6 @@ def candidate_configs(m: int, n: int, k: int, kernel: dict, vgpr_total: int) -> 
             if key not in out:
                 out.append(key)
     return out
-
-
-def _tie_key(c: Bound):
-    # More resident waves (latency hiding, which the model does not count), then no shared tiles,
-    # then one workgroup per tile, then fewer workgroups (bigger tiles read less through L2, which
-    # the model does not count either).
-    return (-c.waves_per_simd, c.after_us > 0, c.config_workgroups != 0, c.workgroups, c.bound_us)
-
-
-def best_candidate(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict,
-                   layout: str = "mn_major") -> Bound:
-    """The configuration (kernel, workgroups, sk_workgroups from candidate_configs) with the lowest
-    bound; near ties (within 1 %) go to more resident waves per SIMD, then to no shared tiles, then
-    to one workgroup per tile, then to fewer workgroups."""
-    cands = [shape_bound(m, n, k, kd, counts[kd["id"]][layout], w, vgprs[kd["id"]], skw)
-             for kd in kernels for w, skw in candidate_configs(m, n, k, kd, vgprs[kd["id"]])]
-    best = min(c.bound_us for c in cands)
-    return min((c for c in cands if c.bound_us <= best * 1.01), key=_tie_key)
-
-
-def best_split_candidate(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict,
-                         layout: str = "mn_major") -> Bound:
-    """The same kernels restricted to split-K (1..8) with a separate reduction pass: the alternative
-    design the table compares against."""
-    cands = [split_bound(m, n, k, kd, counts[kd["id"]][layout], s, vgprs[kd["id"]])
-             for kd in kernels for s in range(1, 9) if s <= math.ceil(k / 128)]
-    best = min(c.bound_us for c in cands)
-    return min((c for c in cands if c.bound_us <= best * 1.01), key=_tie_key)
 
 
 # ---- baseline ------------------------------------------------------------------------------------
