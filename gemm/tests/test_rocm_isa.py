@@ -17,8 +17,8 @@
   gemm/docs/rocm_gfx942.md are what the current compiler output gives.
 * Instruction order: every compiled stream-K hand-off releases the slots (buffer_wbl2, vmcnt(0))
   before the barrier in front of the ticket and acquires (buffer_inv) before the slot loads; every
-  VALU read of an MFMA result is padded; a kernel built without its release fence, and the
-  assembly with its s_nops deleted, fail these checks.
+  VALU read of an MFMA result is padded; a kernel built without its release (or acquire) fence,
+  and the assembly with its s_nops deleted, fail these checks.
 
 Nothing here executes gfx942 code (no MI300X exists on our machines).
 The ISA tests skip when clang-19 is not installed, unless FP8GEMM_REQUIRE_HIP=1 (set it in CI)
@@ -432,21 +432,29 @@ def test_mfma_padding_check_catches_missing_nops(asm_text_cxx17):
     assert {g[0] for g in short} == {g[0] for g in rocm_asm.mfma_valu_gaps(text)}, short[:3]
 
 
-def test_fence_order_check_catches_a_missing_release_fence(tmp_path_factory):
-    """The kernel source with its release fence deleted, compiled for gfx942: the order check reports
-    every kernel's hand-off (the ticket atomic's own write-back comes after the barrier, too late for
-    the other waves' slots)."""
+FENCE_MUTANTS = {
+    "release": "arch::fence_release_agent();  // the slot is visible at agent scope before the ticket is taken",
+    "acquire": "arch::fence_acquire_agent();  // the other slots, released before their tickets",
+}
+
+
+@pytest.mark.parametrize("fence", sorted(FENCE_MUTANTS))
+def test_fence_order_check_catches_a_missing_fence(tmp_path_factory, fence):
+    """The kernel source with its release (or acquire) fence deleted, compiled for gfx942: the order
+    check reports every kernel's hand-off (the ticket atomic's own write-back and invalidate sit in
+    one lane's branch between the barriers, too late for the other waves' slots / too early for
+    their loads)."""
     missing = rocm_asm.hip_toolchain_missing()
     if missing:
         if REQUIRE_HIP:
             pytest.fail(f"FP8GEMM_REQUIRE_HIP=1 but {missing}")
         pytest.skip(missing)
-    root = tmp_path_factory.mktemp("fence_mutant")
+    root = tmp_path_factory.mktemp(f"fence_mutant_{fence}")
     for d in ("ci", "tools"):
         shutil.copytree(rocm_asm.REPO_DIR / d, root / d)
     shutil.copytree(rocm_asm.KERNEL_DIR, root / "gemm", ignore=shutil.ignore_patterns("build", "*.so", "__pycache__", "tests"))
     src = root / "gemm" / "gemm" / "gemm_rocm_kernels.h"
-    line = "arch::fence_release_agent();  // the slot is visible at agent scope before the ticket is taken"
+    line = FENCE_MUTANTS[fence]
     text = src.read_text()
     assert text.count(line) == 1
     src.write_text(text.replace(line, "/* removed */"))
@@ -455,6 +463,8 @@ def test_fence_order_check_catches_a_missing_release_fence(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     problems = rocm_asm.handoff_order_problems((out / "gemm_launcher.gfx942.s").read_text())
     assert len(problems) == 4 and all(problems.values()), problems
+    word = "buffer_wbl2" if fence == "release" else "buffer_inv"
+    assert all(any(word in p for p in ps) for ps in problems.values()), problems
 
 
 def test_speed_of_light_matches_the_challenge_table():
