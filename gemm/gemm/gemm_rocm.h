@@ -19,6 +19,11 @@ size_t workspace_bytes(const GemmProblem& p);
 // workspace_bytes(p) bytes, 256-byte aligned. Never aborts: returns hipErrorInvalidValue for
 // arguments it cannot handle (sizes < 1 or beyond the kernels' 32-bit index range, null pointers,
 // a missing workspace), otherwise the first launch error, or hipSuccess.
-hipError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes, hipStream_t stream);
+// The stream-K tile tickets in the workspace are zero again when the GEMM kernel ends (the last
+// arrival on a tile wraps its counter). tickets_zero: the caller vouches that they are zero now (it
+// keeps this workspace, for this plan, from an earlier call on the same stream), so the zeroing
+// memset is skipped; with a freshly allocated workspace leave it false.
+hipError_t gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes, hipStream_t stream,
+                bool tickets_zero = false);
 
 }  // namespace fp8gemm::rocm

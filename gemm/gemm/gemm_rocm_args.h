@@ -50,8 +50,9 @@ struct GemmArgs {
   // sk_tiles tiles: their tile-major (tile, K block) iterations are dealt in equal runs,
   // stream_begin below, to workgroups 0..sk_workgroups-1), then whole tiles v, v + W, ... of the
   // others. A stream-K tile covered by several workgroups: each writes its fp32 sums to partial
-  // slot (stream-K tile + workgroup) and takes a ticket from tile_counters[stream-K tile] (zeroed by
-  // the plan's zero pass); the last of them adds the others' slots and stores bf16.
+  // slot (stream-K tile + workgroup) and takes a ticket from tile_counters[stream-K tile] (zero at the
+  // start: the plan's zero pass, or the previous call's last arrivals); the last of them adds the
+  // others' slots, stores bf16 and leaves the counter at 0.
   int32_t workgroups;
   int32_t sk_tiles, sk_workgroups;
   uint32_t* tile_counters;  // one per stream-K tile (only when some tile is shared)

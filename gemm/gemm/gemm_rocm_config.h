@@ -106,25 +106,25 @@ struct GemmConfig {
 // (gemm/docs/rocm_gfx942.md). Not measured on an MI300X.
 constexpr TunedShape<GemmConfig> kTunedShapes[] = {
     // M = 1024
-    {pack_shape(1024, 1536, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
-    {pack_shape(1024, 3072, 1536), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 240}},
-    {pack_shape(1024, 576, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 288, 0}},
+    {pack_shape(1024, 1536, 7168), {GemmKernelId::kT256x128_W4x2_M32, 288, 0}},
+    {pack_shape(1024, 3072, 1536), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
+    {pack_shape(1024, 576, 7168), {GemmKernelId::kT128x128_W2x2_M32, 280, 0}},
     {pack_shape(1024, 7168, 256), {GemmKernelId::kT64x64_W2x2_M16, 0, 0}},
-    {pack_shape(1024, 7168, 2048), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
-    {pack_shape(1024, 4608, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
-    {pack_shape(1024, 7168, 2304), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
-    {pack_shape(1024, 512, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 256, 0}},
+    {pack_shape(1024, 7168, 2048), {GemmKernelId::kT256x128_W4x2_M32, 0, 0}},
+    {pack_shape(1024, 4608, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
+    {pack_shape(1024, 7168, 2304), {GemmKernelId::kT256x128_W4x2_M32, 0, 0}},
+    {pack_shape(1024, 512, 7168), {GemmKernelId::kT128x128_W2x2_M32, 256, 0}},
     {pack_shape(1024, 4096, 512), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
     // M = 6144
-    {pack_shape(6144, 1536, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
-    {pack_shape(6144, 3072, 1536), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
-    {pack_shape(6144, 576, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
+    {pack_shape(6144, 1536, 7168), {GemmKernelId::kT256x128_W4x2_M32, 0, 0}},
+    {pack_shape(6144, 3072, 1536), {GemmKernelId::kT256x128_W4x2_M32, 0, 0}},
+    {pack_shape(6144, 576, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
     {pack_shape(6144, 7168, 256), {GemmKernelId::kT64x64_W2x2_M16, 0, 0}},
-    {pack_shape(6144, 7168, 2048), {GemmKernelId::kT128x128_W2x2_M32, 0, 0}},
-    {pack_shape(6144, 4608, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 608, 0}},
-    {pack_shape(6144, 7168, 2304), {GemmKernelId::kT128x128_W2x2_M32, 0, 0}},
-    {pack_shape(6144, 512, 7168), {GemmKernelId::kT128x64_W2x1x2_M32, 304, 0}},
-    {pack_shape(6144, 4096, 512), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
+    {pack_shape(6144, 7168, 2048), {GemmKernelId::kT128x64_W2x1x2_M32, 0, 0}},
+    {pack_shape(6144, 4608, 7168), {GemmKernelId::kT256x128_W4x2_M32, 0, 0}},
+    {pack_shape(6144, 7168, 2304), {GemmKernelId::kT256x128_W4x2_M32, 304, 256}},
+    {pack_shape(6144, 512, 7168), {GemmKernelId::kT256x128_W4x2_M32, 288, 0}},
+    {pack_shape(6144, 4096, 512), {GemmKernelId::kT256x128_W4x2_M32, 0, 0}},
 };
 static_assert(tuned_keys_unique(kTunedShapes), "two tuned entries share a shape key");
 

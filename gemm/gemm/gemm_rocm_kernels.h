@@ -20,7 +20,7 @@
 //     with one LDS buffer, which is what keeps 2 workgroups per CU);
 //   * the MFMAs compute the transposed product (B fragment as the instruction's A operand), so an
 //     accumulator column is an output row: each lane needs the a_scale of kSubM rows only, loaded
-//     straight from memory, and b_scale is one scalar load per tile and K block;
+//     straight from memory, and b_scale is one vector load (all lanes the same address) per K block;
 //   * per K block the MFMAs accumulate into a zeroed fp32 partial, then one multiply-add per output
 //     folds it into the fp32 accumulator with a_scale[row] * b_scale;
 //   * with waves_k > 1, that many waves share each output sub-tile, each multiplying its own slice of
@@ -30,7 +30,8 @@
 //     workgroup takes an equal contiguous run of the (tile, K block) iterations; a tile shared by
 //     several workgroups is finished in the kernel by the last of them to arrive (an atomic ticket
 //     per tile), which sums the others' fp32 partial slots in a fixed order and writes bf16. No
-//     separate reduction pass; the tickets are zeroed by the plan's zero pass (a memset).
+//     separate reduction pass. The last arrival wraps its tile's ticket back to 0, so the tickets are
+//     zero after the call; the plan's zero pass (a memset) clears them in a fresh workspace.
 #pragma once
 
 #include <cstdint>
@@ -158,34 +159,46 @@ struct TileStager {
   static_assert(kRowStep % 8 == 0, "pieces of one thread share the swizzle key");
   static_assert(kRows / kMnRows * 32 == kThreads, "MN-major thread mapping");
 
-  const uint8_t* origin;  // the tile's first row at k = 0
-  int64_t ld;
-  int64_t tail;           // K-major: (valid rows - 1) * ld
-  int k_valid;            // K-major: k_limit (multiple of 16); MN-major: logical K
+  arch::BufferRsrc cur;   // based at the next K block's first byte (advanced by `step` after each load)
+  uint32_t step;          // bytes between the first bytes of consecutive K blocks (< 2^32: the plan keeps a
+                          // K block's bytes within 2 GiB of its first byte)
+  uint32_t range_full;    // buffer bytes of a whole K block
+  uint32_t range_last;    // buffer bytes of the last K block (K tail: rows or chunks past K read zeros)
+  int k_left;             // K-major: k_valid - k0 of the next K block
   int row;                // K-major: tile row of piece 0; MN-major: first of this thread's rows
   int kofs;               // k offset (inside the K block) of this thread's first byte / k row
   uint32_t off[kLoads];   // per load, from the K block's origin; kBufferOob when out of range
   arch::u32x4 stage[kChunks];
 
-  FP8GEMM_DEVICE void init(const uint8_t* base, int64_t ld_, int row0, int rows_total, int k_valid_, int tid) {
-    ld = ld_;
-    k_valid = k_valid_;
+  // The tile at row0 of an operand with rows_total rows, loads from K block kb_first on; kbs K blocks.
+  // The 64-bit arithmetic is done here, once per tile: per K block, load() only adds `step` to the
+  // base and picks one of two precomputed ranges (no descriptor rebuild, no 64-bit multiply).
+  FP8GEMM_DEVICE void init(const uint8_t* base, int64_t ld, int row0, int rows_total, int k_valid, int kbs,
+                           int kb_first, int tid) {
     const int rows_left = rows_total - row0;  // >= 1: the tile exists
+    const int k_last = (kbs - 1) * kBlockK;
     if constexpr (!kMn) {
-      origin = base + static_cast<int64_t>(row0) * ld;
       row = tid / 8;
       kofs = (tid % 8) * 16;
-      tail = static_cast<int64_t>((rows_left < kRows ? rows_left : kRows) - 1) * ld;
+      const int64_t tail = static_cast<int64_t>((rows_left < kRows ? rows_left : kRows) - 1) * ld;
+      step = kBlockK;
+      cur = arch::make_buffer(base + static_cast<int64_t>(row0) * ld + static_cast<int64_t>(kb_first) * kBlockK, 0);
+      range_full = clamp_bytes(tail + kBlockK);
+      range_last = clamp_bytes(tail + (k_valid - k_last));
+      k_left = k_valid - kb_first * kBlockK;
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) {
         const int r = row + i * kRowStep;
         off[i] = r < rows_left ? static_cast<uint32_t>(static_cast<int64_t>(r) * ld + kofs) : arch::kBufferOob;
       }
     } else {
-      origin = base + row0;
       row = (tid / 32) * kMnRows;
       kofs = 4 * (tid % 32);
-      tail = 0;
+      step = static_cast<uint32_t>(kBlockK * ld);
+      cur = arch::make_buffer(base + row0 + static_cast<int64_t>(kb_first) * kBlockK * ld, 0);
+      range_full = clamp_bytes(kBlockK * ld);
+      range_last = clamp_bytes(static_cast<int64_t>(k_valid - k_last) * ld);
+      k_left = 0;
       const bool rows_ok = row + kMnRows <= rows_left;  // whole row groups only (plan: rows % 16 == 0)
 #pragma unroll
       for (int q = 0; q < 4; ++q)
@@ -193,16 +206,16 @@ struct TileStager {
     }
   }
 
-  FP8GEMM_DEVICE void load(int kb) {
-    const int k0 = kb * kBlockK;
+  // Loads the next K block (the last one of the operand when `last`) into `stage`.
+  FP8GEMM_DEVICE void load(bool last) {
+    const arch::BufferRsrc rsrc = arch::buffer_with_range(cur, last ? range_last : range_full);
+    cur = arch::buffer_advance(cur, step);
     if constexpr (!kMn) {
-      const arch::BufferRsrc rsrc = arch::make_buffer(origin + k0, clamp_bytes(tail + (k_valid - k0)));
-      const bool k_ok = kofs < k_valid - k0;
+      const bool k_ok = kofs < k_left;
+      k_left -= kBlockK;
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) stage[i] = arch::buffer_load<arch::u32x4>(rsrc, k_ok ? off[i] : arch::kBufferOob);
     } else {
-      const arch::BufferRsrc rsrc =
-          arch::make_buffer(origin + static_cast<int64_t>(k0) * ld, clamp_bytes(static_cast<int64_t>(k_valid - k0) * ld));
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         if constexpr (kChunks == 4) {
@@ -382,8 +395,8 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
     // ---- global -> register staging of the A and B tiles --------------------------------------
     TileStager<kBM, kThreads, kMn> stage_a;
     TileStager<kBN, kThreads, kMn> stage_b;
-    stage_a.init(gs.a, gs.lda, m0, gs.m, kMn ? gs.k : gs.k_limit, tid);
-    stage_b.init(gs.b, gs.ldb, n0, gs.n, kMn ? gs.k : gs.k_limit, tid);
+    stage_a.init(gs.a, gs.lda, m0, gs.m, kMn ? gs.k : gs.k_limit, kbs, kb_begin, tid);
+    stage_b.init(gs.b, gs.ldb, n0, gs.n, kMn ? gs.k : gs.k_limit, kbs, kb_begin, tid);
 
     // The accumulator column of this lane in every MFMA tile is output row m_lane + i * kMfma.
     const int m_lane = m0 + wave_m * Cfg::kWaveTileM + lane % kMfma;
@@ -398,13 +411,14 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
     float a_scale_stage[kSubM], b_scale_stage;
 
     auto load_stage = [&](int kb) {
-      stage_a.load(kb);
-      stage_b.load(kb);
+      stage_a.load(kb == kbs - 1);
+      stage_b.load(kb == kbs - 1);
 #pragma unroll
       for (int i = 0; i < kSubM; ++i)
         a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb) * gs.a_scale_stride_kb);
-      b_scale_stage = arch::scalar_load_f32(
-          arch::make_buffer(b_scale_col + static_cast<int64_t>(kb) * gs.b_scale_stride_kb, sizeof(float)), 0);
+      // A vector load (every lane the same address): it is counted by vmcnt, so the lgkmcnt wait
+      // in front of the first MFMA waits for the LDS fragments only, not for a scalar round trip.
+      b_scale_stage = arch::global_load(b_scale_col + static_cast<int64_t>(kb) * gs.b_scale_stride_kb);
     };
 
     Acc acc[kSubM][kSubN];
@@ -543,7 +557,9 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
       arch::fence_release_agent();  // the slot is visible at agent scope before the ticket is taken
       arch::barrier();
       uint32_t* const ticket = reinterpret_cast<uint32_t*>(lds);
-      if (tid == 0) arch::lds_store(ticket, arch::atomic_add_agent(ge.tile_counters + sk, 1u));
+      // The counter wraps to 0 on the last arrival (global_atomic_inc): it is zero again after the
+      // call, so a caller that keeps the workspace needs no zeroing before the next one.
+      if (tid == 0) arch::lds_store(ticket, arch::atomic_inc_agent(ge.tile_counters + sk, static_cast<uint32_t>(c_hi - c_lo)));
       arch::barrier();
       finish = arch::lds_load(ticket) == static_cast<uint32_t>(c_hi - c_lo);
       if (finish) {

@@ -22,11 +22,15 @@
 //   keep(v)                          v unchanged, but materialised whole in registers (see below)
 //   make_buffer(base, bytes)         buffer resource (V#) over [base, base + bytes), bytes <= kBufferMaxBytes;
 //                                    every field must be uniform across the wave (kept in SGPRs)
+//   buffer_advance(rsrc, bytes)      the same resource with its base moved by `bytes` (64-bit scalar add)
+//   buffer_with_range(rsrc, bytes)   the same resource with its range set to `bytes` (<= kBufferMaxBytes)
 //   buffer_load<T>(rsrc, offset)     T in {uint32_t, u32x2, u32x4}: zeros when offset >= bytes (an
 //                                    access is entirely in range or entirely out: the kernels never
 //                                    straddle the end), else the bytes at base + offset
 //   scalar_load_f32(rsrc, offset)    the same for one float at a wave-uniform offset (s_buffer_load)
 //   atomic_add_agent(p, v) -> old    32-bit global fetch-add, acquire-release at agent scope (all XCDs)
+//   atomic_inc_agent(p, limit) -> old  32-bit global_atomic_inc (the new value is 0 when old >= limit, else
+//                                    old + 1), acquire-release at agent scope
 //   fence_release_agent()            this lane's earlier global writes are released at agent scope
 //   fence_acquire_agent()            this lane's later global reads see what was released to an atomic
 //                                    its workgroup read (after a barrier) -- the hand-off between
@@ -208,6 +212,15 @@ FP8GEMM_DEVICE uint32_t atomic_add_agent(uint32_t* p, uint32_t v) {
   return 0;  // host pass: never executed
 #endif
 }
+FP8GEMM_DEVICE uint32_t atomic_inc_agent(uint32_t* p, uint32_t limit) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  typedef uint32_t __attribute__((address_space(1)))* GlobalPtr;
+  return __builtin_amdgcn_atomic_inc32((GlobalPtr)(p), limit, __ATOMIC_ACQ_REL, "agent");
+#else
+  (void)p, (void)limit;
+  return 0;  // host pass: never executed
+#endif
+}
 FP8GEMM_DEVICE void fence_release_agent() {
 #if defined(__HIP_DEVICE_COMPILE__)
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
@@ -270,6 +283,23 @@ FP8GEMM_DEVICE BufferRsrc make_buffer(const void* base, uint32_t bytes) {
   r.words[2] = __builtin_amdgcn_readfirstlane(static_cast<int32_t>(bytes));
   r.words[3] = 0x00020000;
   return r;
+}
+
+// The words stay readfirstlane results, so the compiler keeps a resource that moves with the K loop
+// in SGPRs (a 64-bit pointer carried by the loop instead may be moved to VGPRs).
+FP8GEMM_DEVICE BufferRsrc buffer_advance(const BufferRsrc& r, int64_t bytes) {
+  const uint64_t a = (static_cast<uint64_t>(static_cast<uint32_t>(r.words[1])) << 32 | static_cast<uint32_t>(r.words[0])) +
+                     static_cast<uint64_t>(bytes);
+  BufferRsrc o = r;
+  o.words[0] = __builtin_amdgcn_readfirstlane(static_cast<int32_t>(static_cast<uint32_t>(a)));
+  o.words[1] = __builtin_amdgcn_readfirstlane(static_cast<int32_t>(static_cast<uint32_t>(a >> 32) & 0xffffu));
+  return o;
+}
+
+FP8GEMM_DEVICE BufferRsrc buffer_with_range(const BufferRsrc& r, uint32_t bytes) {
+  BufferRsrc o = r;
+  o.words[2] = __builtin_amdgcn_readfirstlane(static_cast<int32_t>(bytes));
+  return o;
 }
 
 template <class T>

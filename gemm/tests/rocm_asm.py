@@ -227,3 +227,117 @@ def doc_block(name: str) -> str:
     if not m:
         raise KeyError(f"{DOC} has no generated block {name}")
     return m.group(1).strip()
+
+
+# ---- instruction order checks on the compiled kernels --------------------------------------------
+
+def _function_instructions(text: str) -> dict[str, list[tuple[str, list[str], str]]]:
+    """{symbol: [(mnemonic, operand names, line) or ("label", [], name)]} in assembly order."""
+    funcs: dict[str, list] = {}
+    cur = None
+    for line in text.splitlines():
+        m = re.match(r"^(_Z\w+):", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            continue
+        if cur is None:
+            continue
+        if line.startswith(".Lfunc_end"):
+            cur = None
+            continue
+        if re.match(r"^(\.LBB\d+_\d+|; %bb\.\d+):", line):
+            cur.append(("label", [], line.split(":")[0]))
+            continue
+        s = line.strip()
+        if not s or s.startswith((";", ".")) or not re.match(r"[a-z_]", s):
+            continue
+        ins = s.split(";")[0].strip()
+        parts = ins.split(None, 1)
+        ops = [o.strip().split()[0] for o in parts[1].split(",") if o.strip()] if len(parts) > 1 else []
+        cur.append((parts[0], ops, ins))
+    return funcs
+
+
+def handoff_order_problems(text: str) -> dict[str, list[str]]:
+    """Per GEMM kernel, what is out of order in each stream-K hand-off (empty lists: none). For every
+    ticket atomic: the wave's last partial-slot store before the barrier that precedes the atomic is
+    followed by the release write-back (buffer_wbl2) and then an s_waitcnt vmcnt(0), both before
+    that barrier (so every wave's slot is visible at agent scope before any ticket is taken); after
+    the atomic, the last barrier before the first slot load is followed by the acquire invalidate
+    (buffer_inv) before that load."""
+    out = {}
+    for sym, ins in _function_instructions(text).items():
+        if gemm_symbol_id(sym) is None:
+            continue
+        problems = []
+        mn = [i[0] for i in ins]
+        atomics = [i for i, m in enumerate(mn) if m.startswith("global_atomic")]
+        if not atomics:
+            problems.append("no ticket atomic")
+        for a in atomics:
+            bar = max((i for i in range(a) if mn[i] == "s_barrier"), default=None)
+            store = max((i for i in range(bar or 0) if mn[i] == "global_store_dwordx4"), default=None)
+            if bar is None or store is None:
+                problems.append(f"atomic at {a}: no slot store and barrier before it")
+                continue
+            wb = next((i for i in range(store + 1, bar) if mn[i] == "buffer_wbl2"), None)
+            if wb is None:
+                problems.append(f"atomic at {a}: no buffer_wbl2 between the slot stores and the barrier")
+                continue
+            if not any(mn[i] == "s_waitcnt" and "vmcnt(0)" in ins[i][2] for i in range(wb + 1, bar)):
+                problems.append(f"atomic at {a}: no s_waitcnt vmcnt(0) after the release write-back before the barrier")
+            load = next((i for i in range(a + 1, len(mn)) if mn[i] == "global_load_dwordx4"), None)
+            if load is None:
+                problems.append(f"atomic at {a}: no slot load after it")
+                continue
+            bar2 = max((i for i in range(a, load) if mn[i] == "s_barrier"), default=a)
+            if not any(mn[i] == "buffer_inv" for i in range(bar2 + 1, load)):
+                problems.append(f"atomic at {a}: no buffer_inv between the last barrier and the first slot load")
+        out[sym] = problems
+    return out
+
+
+# Wait states between an XDL MFMA and the first VALU instruction reading its result on gfx942, as
+# LLVM's hazard recognizer inserts them (its pass counts 8 and 4 for these instructions, + 3).
+MFMA_VALU_READ_WAIT_STATES = {"v_mfma_f32_32x32x16_fp8_fp8": 11, "v_mfma_f32_16x16x32_fp8_fp8": 7}
+
+
+def _regs(op: str) -> set:
+    m = re.fullmatch(r"([va])(\d+)", op)
+    if m:
+        return {(m.group(1), int(m.group(2)))}
+    m = re.fullmatch(r"([va])\[(\d+):(\d+)\]", op)
+    return {(m.group(1), i) for i in range(int(m.group(2)), int(m.group(3)) + 1)} if m else set()
+
+
+def mfma_valu_gaps(text: str) -> list[tuple[str, str, int, int, str]]:
+    """[(symbol, MFMA, wait states, required, reading line)]: for every fp8 MFMA, the first VALU
+    instruction of the same basic block that reads its result, and the wait states before it (an
+    s_nop N counts N + 1, any other instruction 1)."""
+    out = []
+    for sym, ins in _function_instructions(text).items():
+        block: list = []
+        blocks = [block]
+        for i in ins:
+            if i[0] == "label":
+                block = []
+                blocks.append(block)
+                continue
+            block.append(i)
+            if i[0].startswith(("s_cbranch", "s_branch")):
+                block = []
+                blocks.append(block)
+        for bl in blocks:
+            for j, (mnem, ops, _) in enumerate(bl):
+                if mnem not in MFMA_VALU_READ_WAIT_STATES:
+                    continue
+                dst, ws = _regs(ops[0]), 0
+                for mnem2, ops2, line2 in bl[j + 1:]:
+                    if mnem2.startswith("v_") and not mnem2.startswith("v_mfma") and any(_regs(o) & dst for o in ops2[1:]):
+                        out.append((sym, mnem, ws, MFMA_VALU_READ_WAIT_STATES[mnem], line2))
+                        break
+                    if mnem2.startswith("v_") and ops2 and _regs(ops2[0]) & dst:
+                        break
+                    m = re.match(r"s_nop\s+(\d+)", line2)
+                    ws += int(m.group(1)) + 1 if m else 1
+    return out

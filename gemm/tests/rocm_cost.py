@@ -1,11 +1,15 @@
 """ISA-derived cost model of the gfx942 GEMM: per-step instruction counts read from the clang-19
-assembly of the main loops, combined with the dispatch table into per-shape lower-bound estimates
-(MFMA, VALU, LDS, HBM and Infinity Cache time on an MI300X). Nothing here runs on an AMD GPU: every
-number is an estimate from a model, never a measurement.
+assembly of the main loops, combined with the dispatch table into per-shape estimates on an MI300X:
+the pipes (MFMA, VALU, scalar), instruction issue and the latency one wave cannot hide, LDS, L2, HBM
+and Infinity Cache traffic, the stream-K hand-off with its fences, and one dispatch per launch
+(honest_bound); shape_bound is the previous, pipes-and-bytes-only model, kept for the comparison
+column. Nothing here runs on an AMD GPU: every number is an estimate from a model, never a
+measurement.
 
     python gemm/tests/rocm_cost.py             # print the generated doc blocks (needs clang-19, g++)
     python gemm/tests/rocm_cost.py baseline ASM SELECT_JSON KERNELS_JSON COMMIT > OUT.json
-                                               # loop counts of another build (the committed baseline)
+                                               # counts and dispatch of another build (the committed
+                                               # baseline: the kernels this code replaced)
 
 The model and its constants are described in gemm/docs/rocm_gfx942.md ("Cost model").
 """
@@ -36,6 +40,22 @@ VL1D_BYTES_PER_CLK_PER_CU = 128           # vector L1 peak: what one CU's loads 
 HBM_BYTES_PER_S = 5.3e12
 MALL_BYTES_PER_S = 17.0e12                # Infinity Cache peak
 MALL_BYTES = 256 * 2**20                  # Infinity Cache capacity
+
+# Passes of each MFMA (CDNA3 ISA guide, table of MFMA opcodes: 32x32x16 fp8 16 passes, 16x16x32 fp8
+# 8 passes; a pass is 4 cycles): the cycles before its result can be read.
+MFMA_PASSES = {"v_mfma_f32_32x32x16_fp8_fp8": 16, "v_mfma_f32_16x16x32_fp8_fp8": 8}
+
+# ---- terms of the honest model (sources and error bars in gemm/docs/rocm_gfx942.md) ---------------
+ISSUE_CYCLES = 4           # a wave issues at most one instruction every 4 cycles (wave64 on a 16-lane SIMD)
+SALU_CYCLES = 4            # one scalar ALU per CU, shared by the 4 SIMDs in turn: 1 per 4 cycles per SIMD
+LDS_LATENCY = 128          # cycles, ds_read issue to data (assumed, 64..192)
+SMEM_LATENCY = 300         # cycles, s_buffer_load that misses the scalar cache, L2 hit (assumed, 150..600)
+VMEM_LATENCY = 600         # cycles, vector load served by L2 (assumed, 400..900); MALL/HBM are slower
+BARRIER_LATENCY = 64       # cycles a wave waits at s_barrier after the last one arrives (assumed, 16..128)
+L2_CHANNELS = 16 * 8       # 16 L2 channels per XCD, 8 XCDs
+L2_BYTES_PER_CLK_PER_CHANNEL = 128
+DISPATCH_US = 3.5          # each dependent launch in a stream (a memset too), assumed 2..7 µs
+XCDS = 8
 
 MFMA_FLOPS = {"v_mfma_f32_32x32x16_fp8_fp8": 2 * 32 * 32 * 16, "v_mfma_f32_16x16x32_fp8_fp8": 2 * 16 * 16 * 32}
 
@@ -184,6 +204,11 @@ class StepCounts:
     barriers: int = 0
     divergent_branches: int = 0    # s_cbranch_execz / execnz: per-lane control flow
     uniform_branches: int = 0
+    instructions: int = 0          # every instruction of the trip (each takes one issue slot of its wave)
+    nop_cycles: int = 0            # extra cycles of s_nop N (N + 1 cycles each, one of them its issue slot)
+    scalar_loads: int = 0          # s_load / s_buffer_load (their return shares lgkmcnt with LDS reads)
+    scalar_muls: int = 0           # s_mul_i32 / s_mul_hi_u32 (per-step 64-bit address arithmetic)
+    mfma_drain: int = 0            # cycles from the last MFMA's issue to its result (its passes x 4)
 
     @property
     def valu_cycles(self) -> float:
@@ -230,6 +255,14 @@ def count_step(blocks: list[Block], skip=lambda b: False) -> StepCounts:
             m = SCALAR_MEM.match(mnem)
             if m:
                 c.global_read_bytes += 4 * int(m.group(3) or 1)
+            c.instructions += 1
+            m_nop = re.match(r"s_nop\s+(\d+)", line)
+            if m_nop:
+                c.nop_cycles += int(m_nop.group(1))
+            c.scalar_loads += bool(SCALAR_MEM.match(mnem))
+            c.scalar_muls += mnem in ("s_mul_i32", "s_mul_hi_u32", "s_mul_hi_i32")
+            if mnem.startswith("v_mfma"):
+                c.mfma_drain = MFMA_PASSES[mnem] * 4
             c.waits += mnem == "s_waitcnt"
             c.barriers += mnem == "s_barrier"
             c.divergent_branches += mnem in ("s_cbranch_execz", "s_cbranch_execnz")
@@ -256,26 +289,6 @@ def main_loop_counts(asm_text: str) -> dict[int, dict[str, StepCounts]]:
             depth = blocks_of_loop[0].depth
             assert all(b.depth == depth for b in blocks_of_loop), f"{sym}: nested loop inside the main loop"
         out[kid] = {LOOPS[note]: count_step(bl) for note, bl in loops.items()}
-    return out
-
-
-def legacy_loop_counts(asm_text: str) -> dict[int, dict[str, StepCounts]]:
-    """Main loops of a build without ISA notes: the MFMA loops of each GEMM kernel, MN-major the one
-    with the register transposes (v_perm_b32). Blocks that convert e4m3fn bytes (the SWAR constant
-    0x7f7f7f7f) are skipped: they do not run for e4m3fnuz inputs."""
-    out = {}
-    for sym, blocks in function_blocks(asm_text).items():
-        kid = rocm_asm.gemm_symbol_id(sym)
-        if kid is None:
-            continue
-        out[kid] = {}
-        for header in sorted({b.loop for b in blocks if b.loop and b.depth == 1}):
-            bl = loop_blocks(blocks, header)
-            if not any(l.startswith("v_mfma") for b in bl for l in b.lines):
-                continue
-            kind = "mn_major" if any(l.startswith("v_perm_b32") for b in bl for l in b.lines) else "k_major"
-            out[kid][kind] = count_step(bl, skip=lambda b: any("0x7f7f7f7f" in l for l in b.lines))
-        assert set(out[kid]) == {"k_major", "mn_major"}, (sym, sorted(out[kid]))
     return out
 
 
@@ -469,6 +482,151 @@ def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workgr
                  sch.workgroups, sch.sk_workgroups)
 
 
+@dataclass
+class Honest:
+    """One call under the honest model: every term in µs (see honest_bound)."""
+    m: int
+    n: int
+    k: int
+    kernel: str
+    decomposition: str
+    workgroups: int
+    waves_per_simd: float     # resident on the busiest SIMD
+    step_cycles: float        # one wave's K step alone: issue + exposed latencies (its critical path)
+    mfma_us: float
+    issue_us: float           # max(VALU port, scalar pipe, one wave's critical path / resident waves)
+    lds_us: float
+    l2_us: float
+    hbm_us: float
+    mall_us: float
+    fixup_us: float           # the hand-off traffic of shared tiles (as the previous model)
+    fence_us: float           # release write-backs, acquire invalidates and ticket atomics of the busiest CU
+    dispatch_us: float        # one per launch (the ticket memset included)
+    config_workgroups: int = 0
+    config_sk_workgroups: int = 0
+
+    @property
+    def pass_us(self) -> float:
+        return max(self.mfma_us, self.issue_us, self.lds_us, self.l2_us, self.hbm_us, self.mall_us)
+
+    @property
+    def bound_us(self) -> float:
+        return self.pass_us + self.fixup_us + self.fence_us + self.dispatch_us
+
+    @property
+    def binding(self) -> str:
+        terms = {"MFMA": self.mfma_us, "issue": self.issue_us, "LDS": self.lds_us, "L2": self.l2_us,
+                 "HBM": self.hbm_us, "MALL": self.mall_us}
+        return max(terms, key=terms.get)
+
+
+def step_critical_path(c: StepCounts) -> float:
+    """Cycles of one K step of one wave with no other wave to hide anything: every instruction's
+    issue slot (4 cycles) and s_nop stalls, plus what it waits for in series: the first LDS fragment
+    (or a scalar load in flight under the same lgkmcnt, whichever returns later), the last MFMA's
+    result before the scale step, the two barriers, and the part of the global loads' latency that
+    the step's own issue time does not cover (they are waited for at the end of the step)."""
+    issue = c.instructions * ISSUE_CYCLES + c.nop_cycles
+    first = max(LDS_LATENCY, SMEM_LATENCY if c.scalar_loads else 0)
+    return issue + first + c.mfma_drain + 2 * BARRIER_LATENCY + max(0.0, VMEM_LATENCY - issue)
+
+
+def honest_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workgroups: int, vgpr_total: int,
+                 sk_workgroups: int = 0, fences: tuple = (0, 0, 0)) -> Honest:
+    """The previous model's schedule and traffic, plus what it left out:
+      * issue: per resident round of R waves on a SIMD, one K step each, the SIMD needs the larger of
+        R x MFMA cycles, R x (VALU + MFMA) x 4 (one VALU-port issue each), R x SALU x 4 (the CU's
+        scalar unit, one SIMD per cycle in turn) and one wave's critical path (step_critical_path:
+        with R waves, the others' work fills its waits; with R = 1 nothing does);
+      * L2: every operand byte the workgroups load (each K step of each workgroup its A and B tile
+        rows and scales) from the XCDs' L2 at 128 channels x 128 B per clock;
+      * fences: per hand-off of a shared tile, each buffer_wbl2 (release) and buffer_inv (acquire)
+        and the ticket atomic, in series with the busiest CU's other work: a round trip to L2 each
+        (VMEM_LATENCY), the write-back also moving the workgroup's slot;
+      * dispatch: DISPATCH_US per launch (the GEMM, and the ticket memset where tiles are shared)."""
+    sch = schedule(m, n, k, kernel, workgroups, sk_workgroups)
+    old = shape_bound(m, n, k, kernel, counts, workgroups, vgpr_total, sk_workgroups)
+    kb = math.ceil(k / 128)
+    waves = kernel["threads"] // 64
+    occ = rocm_asm.waves_per_simd(vgpr_total, kernel["lds_bytes"], kernel["threads"])
+    if sch.workgroups == 0:
+        steps = kb
+        grid = sch.grid
+    else:
+        grid = sch.grid
+        steps = max((sch.runs[v][1] - sch.runs[v][0] if v < len(sch.runs) else 0) + sch.dp[v] * kb
+                    for v in range(grid))
+    w = math.ceil(grid / NUM_CUS)
+    simd_waves = math.ceil(w * waves / SIMDS_PER_CU)
+    resident = max(1, min(int(occ["waves_per_simd"]), simd_waves))
+    rounds = math.ceil(simd_waves / resident)
+    to_us = 1e6 / CLOCK_HZ
+    path = step_critical_path(counts)
+    per_round = max(resident * counts.mfma_cycles, resident * (counts.valu + counts.mfma) * ISSUE_CYCLES,
+                    resident * counts.salu * SALU_CYCLES, path)
+    mfma = simd_waves * steps * counts.mfma_cycles * to_us
+    issue = rounds * steps * per_round * to_us
+    l2_bytes = sum_steps(sch, kb) * waves * counts.global_read_bytes
+    l2 = l2_bytes / (L2_CHANNELS * L2_BYTES_PER_CLK_PER_CHANNEL * CLOCK_HZ) * 1e6
+    shared = [t for t in range(sch.sk_tiles) if sch.contributors[t] > 1]
+    fence = 0.0
+    passes = 1
+    if shared:
+        passes = 2
+        wbl2, inv, atomics = fences
+        slot_wave = 4 * kernel["block_m"] * kernel["block_n"] // max(1, kernel["waves_m"] * kernel["waves_n"])
+        per_handoff = (wbl2 * (VMEM_LATENCY + slot_wave / VL1D_BYTES_PER_CLK_PER_CU) + inv * VMEM_LATENCY
+                       + atomics * 2 * VMEM_LATENCY)
+        handoffs = max(sum(1 for t in range((b // kb), (e - 1) // kb + 1) if sch.contributors[t] > 1)
+                       for b, e in sch.runs)
+        fence = w * handoffs * per_handoff * to_us
+    fixup = old.after_us - (4 * sch.sk_tiles / HBM_BYTES_PER_S * 1e6 if shared else 0.0)
+    return Honest(m, n, k, kernel["name"], old.decomposition, grid, resident, path, mfma, issue, old.lds_us, l2,
+                  old.hbm_us, old.mall_us, max(0.0, fixup), fence, passes * DISPATCH_US,
+                  sch.workgroups, sch.sk_workgroups)
+
+
+def sum_steps(sch: Schedule, kb: int) -> int:
+    """K steps of all workgroups together (each loads its tiles' rows once per step)."""
+    if sch.workgroups == 0:
+        return sch.grid * kb
+    return sum(e - b for b, e in sch.runs) + sum(sch.dp) * kb
+
+
+def hand_off_fences(asm_text: str) -> dict:
+    """{GemmKernelId: (buffer_wbl2, buffer_inv, ticket atomics) per hand-off and wave}: the counts in
+    the kernel divided by its two main loops (each layout has its own copy of the hand-off)."""
+    out = {}
+    for sym, blocks in function_blocks(asm_text).items():
+        kid = rocm_asm.gemm_symbol_id(sym)
+        if kid is None:
+            continue
+        lines = [l.split()[0] for b in blocks for l in b.lines]
+        n = len(LOOPS)
+        out[kid] = (lines.count("buffer_wbl2") / n, lines.count("buffer_inv") / n,
+                    sum(1 for l in lines if l.startswith("global_atomic")) / n)
+    return out
+
+
+def honest_candidates(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict, fences: dict,
+                      layout: str = "mn_major") -> list[Honest]:
+    return [honest_bound(m, n, k, kd, counts[kd["id"]][layout], w, vgprs[kd["id"]], skw, fences[kd["id"]])
+            for kd in kernels for w, skw in candidate_configs(m, n, k, kd, vgprs[kd["id"]])]
+
+
+def _honest_tie_key(c: Honest):
+    # Near ties: more resident waves (the model's latency terms are the least certain), then no
+    # shared tiles, then one workgroup per tile, then fewer workgroups.
+    return (-c.waves_per_simd, c.fence_us > 0, c.config_workgroups != 0, c.workgroups, c.bound_us)
+
+
+def best_honest(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict, fences: dict) -> Honest:
+    """The configuration with the lowest honest bound; within 1 %, the tie key above."""
+    cands = honest_candidates(m, n, k, kernels, counts, vgprs, fences)
+    best = min(c.bound_us for c in cands)
+    return min((c for c in cands if c.bound_us <= best * 1.01), key=_honest_tie_key)
+
+
 def geomean(values) -> float:
     values = list(values)
     return math.exp(sum(math.log(v) for v in values) / len(values))
@@ -492,48 +650,33 @@ def candidate_configs(m: int, n: int, k: int, kernel: dict, vgpr_total: int) -> 
     return out
 
 
-def _tie_key(c: Bound):
-    # More resident waves (latency hiding, which the model does not count), then no shared tiles,
-    # then one workgroup per tile, then fewer workgroups (bigger tiles read less through L2, which
-    # the model does not count either).
-    return (-c.waves_per_simd, c.after_us > 0, c.config_workgroups != 0, c.workgroups, c.bound_us)
-
-
-def best_candidate(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict,
-                   layout: str = "mn_major") -> Bound:
-    """The configuration (kernel, workgroups, sk_workgroups from candidate_configs) with the lowest
-    bound; near ties (within 1 %) go to more resident waves per SIMD, then to no shared tiles, then
-    to one workgroup per tile, then to fewer workgroups."""
-    cands = [shape_bound(m, n, k, kd, counts[kd["id"]][layout], w, vgprs[kd["id"]], skw)
-             for kd in kernels for w, skw in candidate_configs(m, n, k, kd, vgprs[kd["id"]])]
-    best = min(c.bound_us for c in cands)
-    return min((c for c in cands if c.bound_us <= best * 1.01), key=_tie_key)
-
-
-def best_split_candidate(m: int, n: int, k: int, kernels: list[dict], counts: dict, vgprs: dict,
-                         layout: str = "mn_major") -> Bound:
-    """The same kernels restricted to split-K (1..8) with a separate reduction pass: the alternative
-    design the table compares against."""
-    cands = [split_bound(m, n, k, kd, counts[kd["id"]][layout], s, vgprs[kd["id"]])
-             for kd in kernels for s in range(1, 9) if s <= math.ceil(k / 128)]
-    best = min(c.bound_us for c in cands)
-    return min((c for c in cands if c.bound_us <= best * 1.01), key=_tie_key)
-
-
 # ---- baseline ------------------------------------------------------------------------------------
 
 def load_baseline() -> dict:
     return json.loads(BASELINE_FILE.read_text())
 
 
-def baseline_bounds(baseline: dict) -> list[Bound]:
+def _baseline_inputs(baseline: dict):
     kernels = {kd["id"]: kd for kd in baseline["kernels"]}
-    out = []
-    for sel in baseline["dispatch"]:
-        kd = kernels[sel["kernel"]]
-        c = StepCounts(**baseline["loops"][str(kd["id"])]["mn_major"])
-        out.append(split_bound(sel["m"], sel["n"], sel["k"], kd, c, sel["split_k"], baseline["vgpr"][str(kd["id"])]))
-    return out
+    counts = {int(k): {lay: StepCounts(**c) for lay, c in v.items()} for k, v in baseline["loops"].items()}
+    vgprs = {int(k): v for k, v in baseline["vgpr"].items()}
+    fences = {int(k): tuple(v) for k, v in baseline["fences"].items()}
+    return kernels, counts, vgprs, fences
+
+
+def baseline_previous_bounds(baseline: dict) -> list[Bound]:
+    """The previous model (MFMA/VALU/LDS/HBM/MALL + fix-up) on the kernels and dispatch this change
+    replaced: the numbers the documentation gave before."""
+    kernels, counts, vgprs, _ = _baseline_inputs(baseline)
+    return [shape_bound(s["m"], s["n"], s["k"], kernels[s["kernel"]], counts[s["kernel"]]["mn_major"], s["workgroups"],
+                        vgprs[s["kernel"]], s["sk_workgroups"]) for s in baseline["dispatch"]]
+
+
+def baseline_honest_bounds(baseline: dict) -> list[Honest]:
+    """The honest model on the kernels and dispatch this change replaced (its own baseline)."""
+    kernels, counts, vgprs, fences = _baseline_inputs(baseline)
+    return [honest_bound(s["m"], s["n"], s["k"], kernels[s["kernel"]], counts[s["kernel"]]["mn_major"], s["workgroups"],
+                         vgprs[s["kernel"]], s["sk_workgroups"], fences[s["kernel"]]) for s in baseline["dispatch"]]
 
 
 # ---- rendering -----------------------------------------------------------------------------------
@@ -553,38 +696,51 @@ def render_step_table(kernels: list[dict], counts: dict, vgprs: dict) -> str:
     return "\n".join(out)
 
 
-def render_bound_table(bounds: list[Bound], before: list[Bound], split: list[Bound]) -> str:
-    out = ["| M | N | K | instantiation | workgroups | resident waves/SIMD | MFMA µs | VALU µs | LDS µs | HBM µs "
-           "| MALL µs | fix-up µs | bound µs | binding | split-K + reduction pass µs | before µs (binding) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for b, o, s in zip(bounds, before, split):
-        sk = s.decomposition.replace("split-K ", "split ") if s.after_us else "no split"
-        out.append(
-            f"| {b.m} | {b.n} | {b.k} | `{b.kernel}` | {b.decomposition} | {b.waves_per_simd:g} "
-            f"| {b.mfma_us:.2f} | {b.valu_us:.2f} | {b.lds_us:.2f} | {b.hbm_us:.2f} | {b.mall_us:.2f} "
-            f"| {b.after_us:.2f} | **{b.bound_us:.2f}** | {b.binding} | {s.bound_us:.2f} (`{s.kernel}`, {sk}) "
-            f"| {o.bound_us:.2f} ({o.binding}) |")
-    g, g0, gs = (geomean(x.bound_us for x in xs) for xs in (bounds, before, split))
-    sol = geomean(rocm_asm.sol_us(b.m, b.n, b.k)[0] for b in bounds)
-    out.append("")
-    out.append(f"Geometric mean over the 18 shapes: **{g:.2f} µs** estimated bound, against {g0:.2f} µs before "
-               f"({100 * (1 - g / g0):.1f} % lower), {gs:.2f} µs for the same kernels with split-K and a separate "
-               f"reduction pass, and a speed of light of {sol:.2f} µs.")
+def render_step_change_table(kernels: list[dict], counts: dict, baseline: dict) -> str:
+    """Per instantiation and loop, the replaced kernels' step (baseline file) -> the current one: the
+    counts the issue and latency terms read."""
+    _, before, _, _ = _baseline_inputs(baseline)
+    out = ["| instantiation | loop | instructions | SALU | `s_mul` | scalar loads | VALU | step path (cycles) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for kd in kernels:
+        for layout in ("k_major", "mn_major"):
+            c, o = counts[kd["id"]][layout], before[kd["id"]][layout]
+            out.append(f"| `{kd['name']}` | {layout.replace('_', '-')} | {o.instructions} → {c.instructions} "
+                       f"| {o.salu} → {c.salu} | {o.scalar_muls} → {c.scalar_muls} | {o.scalar_loads} → {c.scalar_loads} "
+                       f"| {o.valu} → {c.valu} | {step_critical_path(o):.0f} → {step_critical_path(c):.0f} |")
     return "\n".join(out)
 
 
-def model_tables(kernels: list[dict], counts: dict, vgprs: dict, selected: list[dict]):
-    """(bounds of the dispatched configurations, of the split-K + reduction pass alternative)."""
+def render_bound_table(bounds: list[Honest], before: list[Honest], previous: list[Bound]) -> str:
+    out = ["| M | N | K | instantiation | workgroups | resident waves/SIMD | step path (cycles) | MFMA µs | issue µs "
+           "| LDS µs | L2 µs | HBM µs | MALL µs | fix-up µs | fences µs | dispatch µs | bound µs | binding "
+           "| replaced kernels, this model µs (binding) | replaced kernels, previous model µs |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for b, o, p in zip(bounds, before, previous):
+        out.append(
+            f"| {b.m} | {b.n} | {b.k} | `{b.kernel}` | {b.decomposition} | {b.waves_per_simd:g} | {b.step_cycles:.0f} "
+            f"| {b.mfma_us:.2f} | {b.issue_us:.2f} | {b.lds_us:.2f} | {b.l2_us:.2f} | {b.hbm_us:.2f} | {b.mall_us:.2f} "
+            f"| {b.fixup_us:.2f} | {b.fence_us:.2f} | {b.dispatch_us:.2f} | **{b.bound_us:.2f}** | {b.binding} "
+            f"| {o.bound_us:.2f} ({o.binding}) | {p.bound_us:.2f} |")
+    g, g0, gp = (geomean(x.bound_us for x in xs) for xs in (bounds, before, previous))
+    sol = geomean(rocm_asm.sol_us(b.m, b.n, b.k)[0] for b in bounds)
+    out.append("")
+    out.append(f"Geometric mean over the 18 shapes: **{g:.2f} µs** estimated, against {g0:.2f} µs for the replaced "
+               f"kernels and dispatch under the same model ({100 * (1 - g / g0):.1f} % lower); the previous model "
+               f"gave the replaced kernels {gp:.2f} µs; speed of light {sol:.2f} µs.")
+    return "\n".join(out)
+
+
+def model_tables(kernels: list[dict], counts: dict, vgprs: dict, fences: dict, selected: list[dict]) -> list[Honest]:
+    """Honest bounds of the dispatched configurations."""
     by_id = {kd["id"]: kd for kd in kernels}
-    bounds = [shape_bound(s["m"], s["n"], s["k"], by_id[s["kernel"]], counts[s["kernel"]]["mn_major"], s["workgroups"],
-                          vgprs[s["kernel"]], s["sk_workgroups"]) for s in selected]
-    split = [best_split_candidate(s["m"], s["n"], s["k"], kernels, counts, vgprs) for s in selected]
-    return bounds, split
+    return [honest_bound(s["m"], s["n"], s["k"], by_id[s["kernel"]], counts[s["kernel"]]["mn_major"], s["workgroups"],
+                         vgprs[s["kernel"]], s["sk_workgroups"], fences[s["kernel"]]) for s in selected]
 
 
 def current_model(work_dir: Path, std: str = "c++17"):
-    """(kernels, loop counts, VGPRs, bounds of the dispatched configs, split-K alternative, launcher asm)
-    of the current tree."""
+    """(kernels, loop counts, VGPRs, fences, honest bounds of the dispatched configs, launcher asm) of the
+    current tree."""
     asm_files = rocm_asm.build_assembly(work_dir, std=std)
     text = asm_files["gemm_launcher"].read_text()
     asm = rocm_asm.parse_assembly(text)
@@ -592,8 +748,9 @@ def current_model(work_dir: Path, std: str = "c++17"):
     kernels = rocm_asm.kernel_table(tool)
     counts = main_loop_counts(text)
     vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items() if rocm_asm.gemm_symbol_id(s) is not None}
-    bounds, split = model_tables(kernels, counts, vgprs, rocm_asm.select(tool, rocm_asm.BENCHMARK_SHAPES))
-    return kernels, counts, vgprs, bounds, split, asm
+    fences = hand_off_fences(text)
+    bounds = model_tables(kernels, counts, vgprs, fences, rocm_asm.select(tool, rocm_asm.BENCHMARK_SHAPES))
+    return kernels, counts, vgprs, fences, bounds, asm
 
 
 def main() -> int:
@@ -602,15 +759,16 @@ def main() -> int:
     if len(sys.argv) >= 2 and sys.argv[1] == "baseline":
         asm_path, select_path, kernels_path, commit = sys.argv[2:6]
         text = Path(asm_path).read_text()
-        counts = legacy_loop_counts(text)
+        counts = main_loop_counts(text)
         asm = rocm_asm.parse_assembly(text)
         vgprs = {rocm_asm.gemm_symbol_id(s): k.vgpr_total for s, k in asm.items()
                  if rocm_asm.gemm_symbol_id(s) is not None}
         doc = {
             "source": f"gemm/gemm of commit {commit}, clang-19 -O3 -std=c++17 (ci/check_hip.sh), main loops counted "
-                      "by rocm_cost.legacy_loop_counts",
+                      "by rocm_cost.main_loop_counts, hand-off fences by rocm_cost.hand_off_fences",
             "kernels": json.loads(Path(kernels_path).read_text()),
             "vgpr": {str(k): v for k, v in sorted(vgprs.items())},
+            "fences": {str(k): list(v) for k, v in sorted(hand_off_fences(text).items())},
             "loops": {str(k): {lay: {f: v for f, v in asdict(c).items()} for lay, c in sorted(v.items())}
                       for k, v in sorted(counts.items())},
             "dispatch": [json.loads(line) for line in Path(select_path).read_text().splitlines() if line.strip()],
@@ -622,12 +780,15 @@ def main() -> int:
         print(missing, file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as d:
-        kernels, counts, vgprs, bounds, split, asm = current_model(Path(d))
-    before = baseline_bounds(load_baseline())
+        kernels, counts, vgprs, fences, bounds, asm = current_model(Path(d))
+    base = load_baseline()
     resources = rocm_asm.render_resource_table(rocm_asm.resource_rows(kernels, asm))
     print("<!-- BEGIN rocm_resources -->\n" + resources + "\n<!-- END rocm_resources -->\n")
     print("<!-- BEGIN rocm_step_costs -->\n" + render_step_table(kernels, counts, vgprs) + "\n<!-- END rocm_step_costs -->\n")
-    print("<!-- BEGIN rocm_bounds -->\n" + render_bound_table(bounds, before, split) + "\n<!-- END rocm_bounds -->")
+    print("<!-- BEGIN rocm_step_changes -->\n" + render_step_change_table(kernels, counts, base)
+          + "\n<!-- END rocm_step_changes -->\n")
+    print("<!-- BEGIN rocm_bounds -->\n" + render_bound_table(bounds, baseline_honest_bounds(base), baseline_previous_bounds(base))
+          + "\n<!-- END rocm_bounds -->")
     return 0
 
 

@@ -517,13 +517,15 @@ def test_gemm_generic_path(gemm_bin, tmp_path, c):
 
 
 def check_handoff(info):
-    """Shared stream-K tiles: the tickets were zeroed by the pass right before the GEMM pass and
-    every shared tile's ticket was taken once by each of its workgroups."""
+    """Shared stream-K tiles: the tickets were zeroed by the pass right before the GEMM pass, every
+    shared tile's ticket was taken once by each of its workgroups, and the last of them wrapped it
+    back to zero (no ticket word is left non-zero after the call)."""
     gemm = info["passes"][-1]
     if gemm["shared_tiles"]:
         assert info["passes"][-2]["kernel"] == "zero" and info["passes"][-2]["bytes"] == 4 * gemm["sk_tiles"], info
         assert info["tickets"] and all(len(t) >= 2 and len(set(t)) == len(t) for t in info["tickets"]), info
         assert info["atomics"] == sum(len(t) for t in info["tickets"]), info
+        assert info["tickets_left"] == 0, info
     else:
         assert "zero" not in [p["kernel"] for p in info["passes"]] and info["atomics"] == 0, info
 
@@ -683,6 +685,18 @@ ORDER_CASES = [
 
 
 @pytest.mark.parametrize("c", ORDER_CASES, ids=case_id)
+def test_stream_k_call_again_on_the_same_workspace_needs_no_zeroing(gemm_bin, tmp_path, c):
+    """The tickets are zero after a call, so a second call on the same workspace without the zero
+    pass (in another workgroup order, into a poisoned output) gives the same bits."""
+    out, ref, info = run_case(gemm_bin, tmp_path, c, extra={"repeat": 1, "wg_shuffle": 3})
+    assert info["passes"][-1]["shared_tiles"] and info["tickets_left"] == 0, info
+    assert info["repeat_identical"] == 1, info
+    # The counters cover both calls, each the same MFMAs.
+    assert info["mfma16"] % 2 == 0 and info["mfma32"] % 2 == 0, info
+    check_gemm(out, ref, dict(info, mfma16=info["mfma16"] // 2, mfma32=info["mfma32"] // 2), c["m"], c["n"], c["k"])
+
+
+@pytest.mark.parametrize("c", ORDER_CASES, ids=case_id)
 def test_stream_k_hand_off_is_right_in_every_arrival_order(gemm_bin, tmp_path, c):
     """With one worker thread the emulator runs workgroups one after another in the order it is
     given, and that order decides which workgroup of a shared tile takes the last ticket and sums the
@@ -760,11 +774,18 @@ _CFG = {_cfg_key(c): c for c in CONFIG_CASES}
 _CFG["pack/gather"] = case(72, 72, 256, config=("t64x64_w2x2_m16", 1))  # MN-major, M % 16 != 0: packed
 MUTANTS = {
     # K tails: one chunk / one k row past K is read (the padding holds NaN).
-    "k-major tail bound": ("const bool k_ok = kofs < k_valid - k0;", "const bool k_ok = kofs <= k_valid - k0;",
+    "k-major tail bound": ("const bool k_ok = kofs < k_left;", "const bool k_ok = kofs <= k_left;",
                            ["t128x128_w2x2_m32/k_major", "t128x64_w2x1x2_m32/k_major"]),
-    "mn-major tail bound": ("clamp_bytes(static_cast<int64_t>(k_valid - k0) * ld));",
-                            "clamp_bytes(static_cast<int64_t>(k_valid - k0 + 1) * ld));",
+    "mn-major tail bound": ("range_last = clamp_bytes(static_cast<int64_t>(k_valid - k_last) * ld);",
+                            "range_last = clamp_bytes(static_cast<int64_t>(k_valid - k_last + 1) * ld);",
                             ["t128x128_w2x2_m32/mn_major", "t64x64_w2x2_m16/mn_major"]),
+    # The per-step buffer base: not advanced (every step reads the first K block again); the range of
+    # the last K block used for every block.
+    "buffer base step": ("cur = arch::buffer_advance(cur, step);", "cur = arch::buffer_advance(cur, 0);",
+                         ["t128x64_w2x1x2_m32/mn_major", "t128x128_w2x2_m32/k_major"]),
+    "last-block range": ("arch::buffer_with_range(cur, last ? range_last : range_full);",
+                         "arch::buffer_with_range(cur, range_last);",
+                         ["t128x128_w2x2_m32/mn_major", "t64x64_w2x2_m16/mn_major"]),
     # Row step of the K-major copy hard-coded for 256 threads.
     "k-major row step": ("static constexpr int kRowStep = kThreads / 8;", "static constexpr int kRowStep = 32;",
                          ["t256x128_w4x2_m32/k_major"]),

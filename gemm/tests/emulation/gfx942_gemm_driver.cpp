@@ -204,8 +204,11 @@ int run(const std::string& dir, bool plan_only) {
     return 0;
   }
 
+  // The passes; with skip_zero, all but the ticket zeroing (a caller that keeps its workspace).
+  auto run_passes = [&](bool skip_zero) {
   for (int i = 0; i < plan.num_passes; ++i) {
     const Pass& pass = plan.passes[i];
+    if (skip_zero && pass.kind == PassKind::kZero) continue;
     const simt::Dim3 grid{pass.grid[0], pass.grid[1], pass.grid[2]};
     std::vector<int64_t> order;  // GEMM pass: the workgroup start order asked for (empty: linear)
     const int64_t n_wg = int64_t{pass.grid[0]} * pass.grid[1] * pass.grid[2];
@@ -244,6 +247,25 @@ int run(const std::string& dir, bool plan_only) {
       }
     }
   }
+  };
+  run_passes(false);
+  // The stream-K tickets after the call: the last arrival on each tile wraps its counter to 0.
+  int tickets_left = 0;
+  for (int i = 0; i < plan.num_passes; ++i)
+    if (plan.passes[i].kind == PassKind::kZero)
+      for (size_t b = 0; b < plan.passes[i].zero.bytes; ++b)
+        tickets_left += static_cast<const uint8_t*>(plan.passes[i].zero.dst)[b] != 0;
+  // repeat=1: the same call again on the same workspace without zeroing the tickets, into a poisoned
+  // output; it must give the same bytes.
+  int repeat_identical = -1;
+  if (kv.count("repeat") && need(kv, "repeat") != 0) {
+    const size_t n = out.bytes - (out.data - out.base);
+    std::vector<uint8_t> first(out.data, out.data + n);
+    std::memset(out.data, 0xff, n);
+    simt::atomic_history().clear();
+    run_passes(true);
+    repeat_identical = std::memcmp(first.data(), out.data, n) == 0;
+  }
 
   write_file(dir + "/out.bin", out.data, out.bytes - (out.data - out.base));
   const GemmKernelShape& ks = kernel_shape(plan.config.kernel);
@@ -260,7 +282,7 @@ int run(const std::string& dir, bool plan_only) {
       "{\"tuned\": %s, \"kernel\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"mfma\": %d, \"config_workgroups\": %d, \"config_sk_workgroups\": %d, "
       "\"pack_a\": %s, \"pack_b\": %s, \"workspace_bytes\": %zu, \"passes\": [%s], \"mfma16\": %llu, "
       "\"mfma32\": %llu, \"barriers\": %llu, \"workgroups\": %llu, \"atomics\": %llu, \"lds_bytes_read\": %llu, "
-      "\"global_bytes_read\": %llu, \"tickets\": [%s]}\n",
+      "\"global_bytes_read\": %llu, \"tickets\": [%s], \"tickets_left\": %d, \"repeat_identical\": %d}\n",
       plan.tuned ? "true" : "false", ks.name, ks.block_m, ks.block_n, ks.mfma, plan.config.workgroups,
       plan.config.sk_workgroups,
       plan.pack_a ? "true" : "false", plan.pack_b ? "true" : "false", plan.workspace_bytes, passes.str().c_str(),
@@ -268,7 +290,8 @@ int run(const std::string& dir, bool plan_only) {
       static_cast<unsigned long long>(st.barriers.load()), static_cast<unsigned long long>(st.workgroups.load()),
       static_cast<unsigned long long>(st.atomics.load()),
       static_cast<unsigned long long>(st.lds_bytes_read.load()),
-      static_cast<unsigned long long>(st.global_bytes_read.load()), tickets.str().c_str());
+      static_cast<unsigned long long>(st.global_bytes_read.load()), tickets.str().c_str(), tickets_left,
+      repeat_identical);
   return 0;
 }
 

@@ -104,6 +104,9 @@ inline T kernel_arg(std::source_location site = std::source_location::current())
 inline uint32_t atomic_add_agent(uint32_t* p, uint32_t v, std::source_location site = std::source_location::current()) {
   return simt_detail::atomic_add_u32(p, v, site);
 }
+inline uint32_t atomic_inc_agent(uint32_t* p, uint32_t limit, std::source_location site = std::source_location::current()) {
+  return simt_detail::atomic_inc_u32(p, limit, site);
+}
 inline void fence_release_agent(std::source_location site = std::source_location::current()) {
   simt_detail::fence_release(site);
 }
@@ -140,6 +143,16 @@ inline BufferRsrc make_buffer(const void* base, uint32_t bytes,
     simt_detail::fault("buffer resource of " + std::to_string(bytes) + " bytes (at most 2 GiB) at " +
                        simt_detail::site_str(site));
   return BufferRsrc{static_cast<const uint8_t*>(base), bytes};
+}
+
+inline BufferRsrc buffer_advance(const BufferRsrc& r, int64_t bytes) {
+  simt_detail::current_lane("buffer_advance");
+  return BufferRsrc{r.base + bytes, r.bytes};
+}
+
+inline BufferRsrc buffer_with_range(const BufferRsrc& r, uint32_t bytes,
+                                    std::source_location site = std::source_location::current()) {
+  return make_buffer(r.base, bytes, site);
 }
 
 template <class T>

@@ -919,8 +919,10 @@ inline void fence_acquire(const std::source_location& site) {
 // Atomic fetch-add on a 32-bit global word, acquire-release at agent scope: releases what the
 // workgroup's release fences (ordered before it by a barrier) and this lane's program order cover,
 // and acquires everything released to this location so far.
-inline uint32_t atomic_add_u32(uint32_t* p, uint32_t v, const std::source_location& site) {
-  Lane& l = current_lane("atomic_add_agent");
+// One 32-bit atomic read-modify-write (new value = f(old)), returning the old value.
+template <class F>
+inline uint32_t atomic_rmw_u32(uint32_t* p, F f, const char* what, const std::source_location& site) {
+  Lane& l = current_lane(what);
   check_sync_epoch(l, "atomic", site);
   global_check(l, p, sizeof(uint32_t), sizeof(uint32_t), true, site, /*atomic=*/true);
   Workgroup& wg = *l.wg;
@@ -928,8 +930,8 @@ inline uint32_t atomic_add_u32(uint32_t* p, uint32_t v, const std::source_locati
   std::lock_guard<std::mutex> g(ls.atomic_mu);
   uint32_t old;
   std::memcpy(&old, p, sizeof old);
-  const uint32_t sum = old + v;
-  std::memcpy(p, &sum, sizeof sum);
+  const uint32_t updated = f(old);
+  std::memcpy(p, &updated, sizeof updated);
   Published& pub = ls.published[reinterpret_cast<uintptr_t>(p)];
   std::vector<uint32_t>& mine = pub[wg.linear];
   mine.resize(static_cast<size_t>(wg.n_lanes), 0);
@@ -942,6 +944,15 @@ inline uint32_t atomic_add_u32(uint32_t* p, uint32_t v, const std::source_locati
   atomic_history()[reinterpret_cast<uintptr_t>(p)].push_back(wg.linear);
   stats().atomics.fetch_add(1, std::memory_order_relaxed);
   return old;
+}
+
+inline uint32_t atomic_add_u32(uint32_t* p, uint32_t v, const std::source_location& site) {
+  return atomic_rmw_u32(p, [v](uint32_t old) { return old + v; }, "atomic_add_agent", site);
+}
+
+// global_atomic_inc: the counter wraps to 0 once it has reached `limit`.
+inline uint32_t atomic_inc_u32(uint32_t* p, uint32_t limit, const std::source_location& site) {
+  return atomic_rmw_u32(p, [limit](uint32_t old) { return old >= limit ? 0u : old + 1u; }, "atomic_inc_agent", site);
 }
 
 // ---------------------------------------------------------------------------------------------
