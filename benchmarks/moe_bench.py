@@ -142,8 +142,8 @@ def run(args):
                  | (torch.randint(0, 2, (experts, n, k), dtype=torch.uint8, device="cuda") << 7)).view(torch.float8_e4m3fn)
             bs = (torch.rand(experts, n // 128, k // 128, device="cuda") * 1e-3 + 1e-4)
             b_bf16 = None  # dequantized weights for torch's bf16 grouped GEMM, made once per projection
-            for tokens in TOKENS:
-                for skewed in (False, True):
+            for tokens in args.tokens:
+                for skewed in args.routings:
                     s = tokens * TOP_K
                     ids = routing(torch, tokens, experts, skewed, gen).cuda()
                     sorted_ids, perm = ids.sort()
@@ -246,6 +246,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--v4", help="path of finegrained-fp8 v4's torch-ext package (finegrained_fp8/)")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--tokens", type=lambda v: [int(x) for x in v.split(",")], default=TOKENS)
+    ap.add_argument("--routings", type=lambda v: [x == "skewed" for x in v.split(",")], default=[False, True],
+                    help="uniform,skewed")
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     ap.add_argument("--render", metavar="JSON")
     args = ap.parse_args()
@@ -255,6 +258,7 @@ def main():
         sys.stdout.write(render_md(data))
         return
     data = run(args)
+    data["env"]["tokens"], data["env"]["reps"] = args.tokens, args.reps
     os.makedirs(args.out, exist_ok=True)
     tag = "h200" if "H200" in data["env"]["gpu"] else "h100"
     with open(os.path.join(args.out, f"moe_{tag}.json"), "w") as f:

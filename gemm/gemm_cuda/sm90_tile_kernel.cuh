@@ -74,17 +74,20 @@ struct Cfg {
   // aligned column, so theirs starts at the aligned row below and holds 4 more.
   static constexpr int kSfaBox = BM + (kGrouped ? 4 : 0);
   static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = kSfaBox * 4;
+  // Shared memory per stage for the a_scale box: a TMA destination is 128-byte aligned.
+  static constexpr int kSfaStride = (kSfaBytes + 127) / 128 * 128;
   static constexpr int kDBytes = kMathWGs * kPanels * kPanelBytes;
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;  // = the TMA bytes of one stage
   static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */;
-  static constexpr int kStages = (kMaxSmemBytes - kFixed) / kStageBytes > 8 ? 8 : (kMaxSmemBytes - kFixed) / kStageBytes;
+  static constexpr int kStageSmem = kABytes + kBBytes + kSfaStride;
+  static constexpr int kStages = (kMaxSmemBytes - kFixed) / kStageSmem > 8 ? 8 : (kMaxSmemBytes - kFixed) / kStageSmem;
   static_assert(kStages >= 2, "tile does not fit in shared memory");
-  static constexpr int kSmemBytes = kFixed + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kFixed + kStages * kStageSmem;
   // Offsets from the 1024-aligned base: A stages, B stages, D panels (all 1024-aligned), sfa, barriers.
   static constexpr int kOffB = kStages * kABytes;
   static constexpr int kOffD = kOffB + kStages * kBBytes;
   static constexpr int kOffSfa = kOffD + kDBytes;
-  static constexpr int kOffBar = kOffSfa + kStages * kSfaBytes;
+  static constexpr int kOffBar = kOffSfa + kStages * kSfaStride;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kPanelBytes % 1024 == 0, "1024-byte tiles");
 };
 
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, b_row0);
           }
           tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
-          tma_load_2d(smem + C::kOffSfa + s * C::kSfaBytes, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
+          tma_load_2d(smem + C::kOffSfa + s * C::kSfaStride, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
           if (++s == C::kStages) { s = 0; phase ^= 1; }
         }
       };
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // from the generic pointer inside the loop, ptxas would recompute them every K block (under the
     // 160-register budget of three math warpgroups it rematerialises the shared-window base).
     uint32_t s_full = smem_addr(full);                                      // full[s]: + 8 s
-    uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 + r0);  // + kSfaBytes s
+    uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 + r0);  // + kSfaStride s
     uint64_t desc_a = smem_desc_k128b(smem + mw * 64 * kBlockK);            // + kABytes / 16 s
     uint64_t desc_b = smem_desc_k128b(smem + C::kOffB);                     // + kBBytes / 16 s
     constexpr int R = C::kAccRegs;
@@ -356,7 +359,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b), "+l"(sfb0), "+l"(sfb1));
           sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
           mbar_wait(s_full + 8 * uint32_t(stage), ph);
-          uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaBytes);
+          uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride);
           if constexpr (C::kGrouped) sfa += 4u * uint32_t(m0 & 3);  // the box starts at row m0 & ~3
           sa0 = ld_shared_f32(sfa) * p.alpha, sa1 = ld_shared_f32(sfa + 32) * p.alpha;
           // The start address is the descriptor's low 14 bits (16-byte units); no carry: < 2^18 bytes.
@@ -365,7 +368,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         } else {
           sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
           mbar_wait(&full[stage], ph);
-          const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaBytes) + mw * 64 +
+          const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) + mw * 64 +
                              (C::kGrouped ? m0 & 3 : 0);
           sa0 = sfa[r0] * p.alpha, sa1 = sfa[r0 + 8] * p.alpha;
           da = smem_desc_k128b(smem + stage * C::kABytes + mw * 64 * kBlockK);
