@@ -95,7 +95,9 @@ def copy_bandwidth(torch, timer):
 
 
 def sampled_reference(torch, a, b, bs, expert_of_row, rows, block=128):
-    """float64 A @ dequant(B[e]).T of the sampled rows (A quantized per row and 128 group, as fp8_act_quant)."""
+    """float64 A @ dequant(B[e]).T of the sampled rows, A quantized per row and 128 group in float32 exactly as
+    fp8_act_quant's contract says (scale = max(amax / 448, 1e-12), q = e4m3fn(x / scale)): a one-code
+    difference in one activation moves a sum by far more than the tolerance with these weights."""
     out = []
     k = a.shape[1]
     for r in rows.tolist():
@@ -103,11 +105,11 @@ def sampled_reference(torch, a, b, bs, expert_of_row, rows, block=128):
         if e < 0:
             out.append(None)
             continue
-        x = a[r].double()
+        x = a[r].float()
         g = (k + block - 1) // block
         xp = torch.nn.functional.pad(x, (0, g * block - k)).view(g, block)
         sc = torch.clamp(xp.abs().amax(-1) / 448.0, min=1e-12)
-        q = (xp / sc[:, None]).to(torch.float8_e4m3fn).double() * sc[:, None]
+        q = (xp / sc[:, None]).to(torch.float8_e4m3fn).double() * sc.double()[:, None]
         w = b[e].double() * bs[e].double().repeat_interleave(block, 0)[: b.shape[1]].repeat_interleave(block, 1)[:, :k]
         out.append(w @ q.flatten()[:k])
     return out
@@ -231,10 +233,12 @@ def render_md(data):
         if vs: ratios_v4.append(vs)
         if vt: ratios_t.append(vt)
         if frac: fracs.append(frac)
+        def ratio(x):
+            return f"{x:.2f}x" if x else "–"
         out.append(f"| {r['model']} | {r['proj']} {r['n']}x{r['k']} | {r['tokens']} | {r['routing']} | {r['experts_hit']} | "
-                   f"{f('ours_grouped')} | {f('ours_batched')} | {f('v4_grouped')} | {f('v4_batched')} | {f('torch_bf16_grouped_mm')} | "
-                   f"{r['roofline_us']:.1f} | {100 * frac:.0f} % | {vs:.2f}x | {vt:.2f}x |".replace("None", "–")
-                   if ours else f"| {r['model']} | {r['proj']} | {r['tokens']} | {r['routing']} | – | fail | | | | | | | | |")
+                   f"{f('ours_grouped')} | {f('ours_batched')} | {f('v4_grouped')} | {f('v4_batched')} | "
+                   f"{f('torch_bf16_grouped_mm')} | {r['roofline_us']:.1f} | "
+                   f"{f'{100 * frac:.0f} %' if frac else '–'} | {ratio(vs)} | {ratio(vt)} |")
     out += ["", f"Geomean over {len(ratios_v4)} rows: best v4 / ours {geomean(ratios_v4):.2f}x; torch bf16 / ours "
             f"{geomean(ratios_t):.2f}x; fraction of the roofline {geomean(fracs):.2f}. Rows where ours is slower than "
             f"the best v4: {sum(1 for x in ratios_v4 if x < 1)}; slower than torch bf16: {sum(1 for x in ratios_t if x < 1)}; "
