@@ -71,7 +71,7 @@ done
 ptxas="$(dirname "$nvcc")/ptxas"
 hand=()
 for f in "${srcs[@]}"; do
-  case "$(basename "$f")" in sm90_tile*.cu|sm90_decode.cu|gemm_cuda.cu|act_quant_cuda.cu) [[ -s "$out/$(basename "$f" .cu).ptx" ]] && hand+=("$f") ;; esac
+  case "$(basename "$f")" in sm90_tile*.cu|sm90_expert_tiles.cu|sm90_decode.cu|gemm_cuda.cu|expert_gemm_cuda.cu|act_quant_cuda.cu) [[ -s "$out/$(basename "$f" .cu).ptx" ]] && hand+=("$f") ;; esac
 done
 printf '%s\n' "${hand[@]}" | xargs -P "$jobs" -I{} sh -c \
   'b=$(basename "{}" .cu); "$0" -arch=sm_90a -v "'"$out"'/$b.ptx" -o "'"$out"'/$b.cubin" > "'"$out"'/$b.ptxas" 2>&1 || { echo "FAILED: ptxas $b"; cat "'"$out"'/$b.ptxas"; exit 255; }' \

@@ -100,4 +100,19 @@ FP8GEMM_SM90_DECLARE_KERNEL(tile192x144)
 
 #undef FP8GEMM_SM90_DECLARE_KERNEL
 
+// One MoE expert GEMM as the tile kernels see it (sm90_expert_tiles.cu): `base` with m = the rows of a,
+// n = the rows of one expert (a multiple of 8), b = the experts' stacked (experts * n, k) matrix, sfb = the
+// first expert's (sfb_rows, kb) scales and d = the (m, n) output; decomposition and splits are ignored.
+struct ExpertArgs {
+  KernelArgs base;
+  int32_t experts = 0;
+  int64_t sfb_expert_stride = 0;      // elements from one expert's scales to the next's
+  const int32_t* segments = nullptr;  // device: start rows [0, E), end rows [E, 2E), block prefix [2E, 3E]
+  const int32_t* row_map = nullptr;   // device: row of d for each row of a, or nullptr (the same row)
+};
+bool expert_tiles_can_implement(const ExpertArgs& args);
+// BM = 64 and BM = 128 rows per tile (128 columns, double-buffered): the first for experts of few rows.
+cudaError_t expert_tile64x128_run(const ExpertArgs& args, cudaStream_t stream);
+cudaError_t expert_tile128x128_run(const ExpertArgs& args, cudaStream_t stream);
+
 }  // namespace fp8gemm::cuda::sm90

@@ -32,11 +32,14 @@ namespace fp8gemm::cuda::sm90::tile {
 // ------------------------------------------------------------------------------------------------
 // Compile-time configuration and shared-memory plan
 // ------------------------------------------------------------------------------------------------
-template <int BN_, int kMathWGs_, bool kDoubleBuffer_, bool kStreamK_ = false>
+template <int BN_, int kMathWGs_, bool kDoubleBuffer_, bool kStreamK_ = false, bool kGrouped_ = false>
 struct Cfg {
   // kStreamK: the kernel can also split tiles by K (see Params); compiled separately because the
   // extra live state costs the data-parallel main loop registers and speed.
   static constexpr bool kStreamK = kStreamK_;
+  // kGrouped: the MoE expert GEMM (Params::segments): tiles walk the experts' row segments.
+  static constexpr bool kGrouped = kGrouped_;
+  static_assert(!(kStreamK && kGrouped), "expert GEMM tiles are never split by K");
   static constexpr int BN = BN_, kMathWGs = kMathWGs_;
   static constexpr bool kDoubleBuffer = kDoubleBuffer_;
   static_assert(kMathWGs >= 1 && kMathWGs <= 3, "one to three math warpgroups");
@@ -67,18 +70,24 @@ struct Cfg {
   // H200 except 192x144, 3 % slower with them, which keeps the form ptxas recomputes each K block.
   static constexpr bool kLoopCarriedAddresses = BN != 144;
 
-  static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = BM * 4;
+  // a_scale box per stage: BM scales; expert tiles start at any row while a TMA box must start at a 16-byte
+  // aligned column, so theirs starts at the aligned row below and holds 4 more.
+  static constexpr int kSfaBox = BM + (kGrouped ? 4 : 0);
+  static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = kSfaBox * 4;
+  // Shared memory per stage for the a_scale box: a TMA destination is 128-byte aligned.
+  static constexpr int kSfaStride = (kSfaBytes + 127) / 128 * 128;
   static constexpr int kDBytes = kMathWGs * kPanels * kPanelBytes;
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;  // = the TMA bytes of one stage
   static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */;
-  static constexpr int kStages = (kMaxSmemBytes - kFixed) / kStageBytes > 8 ? 8 : (kMaxSmemBytes - kFixed) / kStageBytes;
+  static constexpr int kStageSmem = kABytes + kBBytes + kSfaStride;
+  static constexpr int kStages = (kMaxSmemBytes - kFixed) / kStageSmem > 8 ? 8 : (kMaxSmemBytes - kFixed) / kStageSmem;
   static_assert(kStages >= 2, "tile does not fit in shared memory");
-  static constexpr int kSmemBytes = kFixed + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kFixed + kStages * kStageSmem;
   // Offsets from the 1024-aligned base: A stages, B stages, D panels (all 1024-aligned), sfa, barriers.
   static constexpr int kOffB = kStages * kABytes;
   static constexpr int kOffD = kOffB + kStages * kBBytes;
   static constexpr int kOffSfa = kOffD + kDBytes;
-  static constexpr int kOffBar = kOffSfa + kStages * kSfaBytes;
+  static constexpr int kOffBar = kOffSfa + kStages * kSfaStride;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kPanelBytes % 1024 == 0, "1024-byte tiles");
 };
 
@@ -102,7 +111,35 @@ struct Params {
   float* partials;
   uint32_t* flags;
   int32_t b_before_wait;  // KernelArgs::b_before_wait
+  // Expert GEMMs (Cfg::kGrouped; ExpertArgs): m is the rows of a, n the rows of one expert; b is the experts'
+  // stacked (experts * n, k) matrix and sfb the first expert's scales, sfb_expert_stride elements apart.
+  // segments (written by the kernel before this one): [0, E) segment start rows, [E, 2E) end rows,
+  // [2E, 3E] the exclusive prefix of the experts' BM-row block counts. Tiles whose rows are not all the
+  // segment's, and every tile where row_map maps a's rows to out's, store through masked global writes.
+  const int32_t* segments;
+  int32_t experts;
+  int64_t sfb_expert_stride;
+  const int32_t* row_map;
+  uint16_t* d;
+  int64_t ldd;
 };
+
+// Expert GEMMs: the expert, first row and row count of M block gm (of all the experts' blocks).
+struct ExpertTile {
+  int expert, row0, rows;
+};
+__device__ __forceinline__ ExpertTile expert_tile(const Params& p, int gm, int bm) {
+  const int32_t* prefix = p.segments + 2 * p.experts;
+  // The last expert whose first block is <= gm (experts without blocks repeat the prefix before them).
+  int lo = 0, hi = p.experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (prefix[mid] <= gm) lo = mid;
+    else hi = mid - 1;
+  }
+  const int row0 = p.segments[lo] + (gm - prefix[lo]) * bm;
+  return {lo, row0, min(bm, p.segments[p.experts + lo] - row0)};
+}
 
 // Calls f(phase, t, kb_begin, kb_end, my_slot, contrib_first, contrib_count) for every piece of work of
 // this CTA in order: K blocks [kb_begin, kb_end) of item t; phase is std::false_type for
@@ -179,7 +216,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   // per-warpgroup shared-memory descriptors are computed in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
-  const int num_m = (p.m + C::BM - 1) / C::BM, num_n = (p.n + C::BN - 1) / C::BN;
+  // Expert GEMMs: num_m (all the experts' M blocks) is read after the wait for the kernel that wrote it.
+  int num_m = C::kGrouped ? 0 : (p.m + C::BM - 1) / C::BM;
+  const int num_n = (p.n + C::BN - 1) / C::BN;
   const int num_kb = (p.k + kBlockK - 1) / kBlockK;
   const int first_item = blockIdx.x, item_stride = gridDim.x;
 
@@ -207,7 +246,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // the wait; those stages then get only their A and a_scale blocks below. (The host sets
       // b_before_wait only without split tiles, so the first piece is whole tile first_item.)
       int b_early = 0;
-      if (p.b_before_wait && first_item < p.dp_items) {
+      if (!C::kGrouped && p.b_before_wait && first_item < p.dp_items) {
         int mw, nb;
         tile_coords(first_item, num_m, num_n, p.group_m, mw, nb);
         b_early = min(num_kb, C::kStages);
@@ -217,33 +256,44 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
       }
       asm volatile("griddepcontrol.wait;" ::: "memory");
+      if constexpr (C::kGrouped) num_m = p.segments[3 * p.experts];
       int s = 0;
       uint32_t phase = 0;
       // Same order of work as the math warpgroups (see the bottom of the kernel).
       auto produce = [&](const int t, const int kb_begin, const int kb_end) {
         int mw, nb;
         tile_coords(t, num_m, num_n, p.group_m, mw, nb);
-        const int m0 = mw * C::BM, n0 = nb * C::BN;
+        int m0 = mw * C::BM, n0 = nb * C::BN, b_row0 = n0;
+        if constexpr (C::kGrouped) {
+          const ExpertTile et = expert_tile(p, mw, C::BM);
+          m0 = et.row0;
+          b_row0 = et.expert * p.n + n0;
+        }
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           if (b_early > 0) {
             --b_early;  // the ring's first pass: stage s is free, its B block and byte count are in
           } else {
             mbar_wait(&empty[s], phase ^ 1);
             mbar_arrive_expect_tx(&full[s], C::kStageBytes);
-            tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, n0);
+            tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, b_row0);
           }
           tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
-          tma_load_2d(smem + C::kOffSfa + s * C::kSfaBytes, &map_sfa, &full[s], m0, kb);
+          tma_load_2d(smem + C::kOffSfa + s * C::kSfaStride, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
           if (++s == C::kStages) { s = 0; phase ^= 1; }
         }
       };
-      for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
-                                  [&](auto, int t, int kb0, int kb1, int, int, int) { produce(t, kb0, kb1); });
+      if constexpr (C::kGrouped) {
+        for (int t = first_item; t < num_m * num_n; t += item_stride) produce(t, 0, num_kb);
+      } else {
+        for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
+                                    [&](auto, int t, int kb0, int kb1, int, int, int) { produce(t, kb0, kb1); });
+      }
     }
   } else {
     // ---------------- math warpgroups ----------------
     if constexpr (C::kMathWGs >= 2) setmaxnreg_inc<C::kMathRegs>();
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    if constexpr (C::kGrouped) num_m = p.segments[3 * p.experts];
     const int mw = wg - 1;                 // which 64-row slice of the tile
     const int warp = tid / 32, lane = tid % 32;
     const int r0 = warp * 16 + lane / 4;   // accumulator rows r0 and r0 + 8 (of this warpgroup's 64)
@@ -253,7 +303,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // from the generic pointer inside the loop, ptxas would recompute them every K block (under the
     // 160-register budget of three math warpgroups it rematerialises the shared-window base).
     uint32_t s_full = smem_addr(full);                                      // full[s]: + 8 s
-    uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 + r0);  // + kSfaBytes s
+    uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 + r0);  // + kSfaStride s
     uint64_t desc_a = smem_desc_k128b(smem + mw * 64 * kBlockK);            // + kABytes / 16 s
     uint64_t desc_b = smem_desc_k128b(smem + C::kOffB);                     // + kBBytes / 16 s
     constexpr int R = C::kAccRegs;
@@ -274,7 +324,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       constexpr bool kSk = decltype(sk_phase)::value;
       int mwi, nb;
       tile_coords(t, num_m, num_n, p.group_m, mwi, nb);
-      const int m0 = mwi * C::BM, n0 = nb * C::BN;
+      int m0 = mwi * C::BM;
+      [[maybe_unused]] int rows = C::BM;
+      const int n0 = nb * C::BN;
+      const float* sfb_base = p.sfb;
+      if constexpr (C::kGrouped) {
+        const ExpertTile et = expert_tile(p, mwi, C::BM);
+        m0 = et.row0, rows = et.rows;
+        sfb_base += et.expert * p.sfb_expert_stride;
+      }
       // b_scale blocks under this tile: cols [0, split) use block n0/128, the rest the next one.
       const int nblk = n0 / 128;
       const int split = 128 - (n0 % 128);
@@ -284,7 +342,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // build's, whose bookkeeping the compiler keeps in uniform registers.
       const int nkb = kSk ? kb_end - kb_begin : num_kb;
       const bool sk_contributor = kSk && kb_begin > 0, sk_owner = kSk && kb_end < num_kb;
-      const float* sfb0 = p.sfb + int64_t(nblk) * p.sfb_ld + (kSk ? kb_begin : 0);
+      const float* sfb0 = sfb_base + int64_t(nblk) * p.sfb_ld + (kSk ? kb_begin : 0);
       const float* sfb1 = two_blocks ? sfb0 + p.sfb_ld : sfb0;
 #pragma unroll
       for (int i = 0; i < R; ++i) acc[i] = 0.0f;
@@ -301,7 +359,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b), "+l"(sfb0), "+l"(sfb1));
           sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
           mbar_wait(s_full + 8 * uint32_t(stage), ph);
-          const uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaBytes);
+          uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride);
+          if constexpr (C::kGrouped) sfa += 4u * uint32_t(m0 & 3);  // the box starts at row m0 & ~3
           sa0 = ld_shared_f32(sfa) * p.alpha, sa1 = ld_shared_f32(sfa + 32) * p.alpha;
           // The start address is the descriptor's low 14 bits (16-byte units); no carry: < 2^18 bytes.
           da = desc_a + uint32_t(stage * (C::kABytes >> 4));
@@ -309,7 +368,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         } else {
           sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
           mbar_wait(&full[stage], ph);
-          const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaBytes) + mw * 64;
+          const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) + mw * 64 +
+                             (C::kGrouped ? m0 & 3 : 0);
           sa0 = sfa[r0] * p.alpha, sa1 = sfa[r0 + 8] * p.alpha;
           da = smem_desc_k128b(smem + stage * C::kABytes + mw * 64 * kBlockK);
           db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
@@ -433,6 +493,23 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
       }
 
+      if constexpr (C::kGrouped) {
+        if (rows < C::BM || p.row_map != nullptr) {
+          // ---- expert tile holding rows of another segment, or rows mapped elsewhere: masked writes ----
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = mw * 64 + r0 + 8 * h;
+            if (r >= rows) continue;
+            const int64_t out_row = p.row_map != nullptr ? p.row_map[m0 + r] : m0 + r;
+            uint16_t* dst = p.d + out_row * p.ldd + n0 + c0;
+#pragma unroll
+            for (int j = 0; j < C::BN / 8; ++j)
+              if (n0 + 8 * j + c0 < p.n)  // n % 8 == 0: the pair's second column is inside too
+                *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          }
+          return;
+        }
+      }
       // ---- epilogue: bf16 into swizzled panels, then TMA stores of this warpgroup's 64 rows ----
       if (tid == 0) tma_store_wait_read();  // the previous tile's stores have left shared memory
       named_barrier(1 + mw, 128);
@@ -458,7 +535,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         tma_store_commit();
       }
     };
-    for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, process);
+    if constexpr (C::kGrouped) {
+      for (int t = first_item; t < num_m * num_n; t += item_stride) process(std::false_type{}, t, 0, num_kb, 0, 0, 0);
+    } else {
+      for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, process);
+    }
     if (tid == 0) tma_store_wait_all();
   }
 #endif
@@ -637,6 +718,41 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   const cudaLaunchConfig_t lc = launch_config<C>(sp.grid, stream, a.overlap_previous && !memset_before, attrs);
   const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
   if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+// Expert GEMMs: one launch over every expert's row segments (ExpertArgs). The grid is sized by the
+// largest number of tiles any routing can give (every expert's last block partial), never by the routing
+// itself, so the launch needs nothing from the host and is capturable in a CUDA graph.
+template <class C>
+cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
+  static_assert(C::kGrouped, "an expert-GEMM configuration");
+  const KernelArgs& a = e.base;
+  if (!can_implement<C>(a) || a.n % 8 != 0 || e.experts < 1 || e.segments == nullptr) return cudaErrorInvalidValue;
+  const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
+  CUtensorMap ma, mb, msfa, md;
+  if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BM, kBlockK,
+                   CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, int64_t(e.experts) * a.n, a.k, a.ldb, C::BN, kBlockK,
+                   CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, a.sfa_ld, 1, C::kSfaBox,
+                   CU_TENSOR_MAP_SWIZZLE_NONE) ||
+      !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.ldd, 64, C::kPanelCols,
+                   static_cast<CUtensorMapSwizzle>(C::kPanelSwizzleB)))
+    return cudaErrorInvalidValue;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
+  if (const cudaError_t err = opt_in_dynamic_smem<fp8_blockscaled_gemm_kernel<C>>(dev, C::kSmemBytes); err != cudaSuccess)
+    return err;
+  const int64_t max_items = ((a.m + C::BM - 1) / C::BM + e.experts) * ((a.n + C::BN - 1) / C::BN);
+  const int grid = static_cast<int>(max_items < sm_count_of(a) ? max_items : sm_count_of(a));
+  Params p{a.m,     a.n,        a.k,    a.sfb,   a.sfb_ld, a.sfb_rows, a.alpha, a.group > 1 ? a.group : 8,
+           0,       0,          0,      0,       nullptr,  nullptr,    0,       e.segments,
+           e.experts, e.sfb_expert_stride, e.row_map, static_cast<uint16_t*>(a.d), a.ldd};
+  cudaLaunchAttribute attrs[1];
+  const cudaLaunchConfig_t lc = launch_config<C>(grid, stream, a.overlap_previous, attrs);
+  const cudaError_t err = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
+  if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }
 

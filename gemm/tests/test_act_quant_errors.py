@@ -165,7 +165,7 @@ MATMUL_BAD = [
     ("Bs-1d", _set("Bs", lambda a, d: a["Bs"].reshape(-1)), RuntimeError,
      "matmul_2d: Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a 1-D tensor of shape [6]"),
     ("Bs-float64", _set("Bs", lambda a, d: a["Bs"].double()), RuntimeError,
-     "matmul_2d: Bs must be torch.float32, got torch.float64"),
+     "matmul_2d: Bs must be torch.float32 or torch.float8_e8m0fnu, got torch.float64"),
     ("block_size-64", _set("block_size", lambda a, d: [64, 64]), RuntimeError,
      "matmul_2d: block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only "
      "blocking the kernels implement), got [64, 64]"),

@@ -10,12 +10,14 @@
 #include <string>
 
 #include "act_quant.h"
+#include "expert_gemm.h"
 #include "gemm_problem.h"
 #include "registration.h"
 #include "torch_binding.h"
 
 #ifdef CPU_KERNEL
 #include "../gemm_cpu/act_quant_cpu.h"
+#include "../gemm_cpu/expert_gemm_cpu.h"
 #include "../gemm_cpu/gemm_cpu.h"
 #endif
 
@@ -25,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../gemm_cuda/act_quant_cuda.h"
+#include "../gemm_cuda/expert_gemm_cuda.h"
 #include "../gemm_cuda/gemm_cuda.h"
 #elif defined(ROCM_KERNEL)
 // ROCm torch compiles this (non-hipified) file against its HIP "masquerading as CUDA" headers.
@@ -58,6 +61,10 @@ std::string dtype_name(at::ScalarType t) {
     case at::kInt: return "torch.int32";
     case at::kLong: return "torch.int64";
     case at::kBool: return "torch.bool";
+    case at::kFloat8_e8m0fnu: return "torch.float8_e8m0fnu";
+    case at::kUInt16: return "torch.uint16";
+    case at::kUInt32: return "torch.uint32";
+    case at::kUInt64: return "torch.uint64";
     default: return std::string("torch.") + c10::toString(t);
   }
 }
@@ -140,6 +147,16 @@ bool strides_do_not_self_overlap(const at::Tensor& t) {
   return true;
 }
 
+// Scales are float32, or UE8M0 (torch.float8_e8m0fnu: the value 2^(code - 127), code 255 NaN), which the
+// binding converts to float32 on the scales' device before any backend reads them. The conversion is a
+// torch op on the current stream (no host synchronisation) and exact for every code: each power of two
+// 2^-127 .. 2^127 is a float32 (2^-127 a subnormal), and 255 becomes NaN.
+bool is_scale_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kFloat8_e8m0fnu; }
+
+at::Tensor float32_scales(const at::Tensor& scale) {
+  return scale.scalar_type() == at::kFloat8_e8m0fnu ? scale.to(at::kFloat) : scale;
+}
+
 // Every check of every device, in the order of _validate.check_inputs (same messages). Throws
 // c10::TypeError (Python TypeError) for a missing tensor, c10::Error (RuntimeError) for the rest.
 void check_inputs(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
@@ -155,9 +172,9 @@ void check_inputs(const at::Tensor& out, const at::Tensor& a, const at::Tensor& 
               "gemm: a must be torch.float8_e4m3fnuz or torch.float8_e4m3fn, got ", dtype_name(a_type));
   TORCH_CHECK(b.scalar_type() == a_type, "gemm: b must have the same dtype as a (", dtype_name(a_type), "), got ",
               dtype_name(b.scalar_type()), "; mixing fp8 kinds is not supported, convert one of them");
-  TORCH_CHECK(a_scale.scalar_type() == at::kFloat, "gemm: a_scale must be torch.float32, got ",
+  TORCH_CHECK(is_scale_dtype(a_scale.scalar_type()), "gemm: a_scale must be torch.float32 or torch.float8_e8m0fnu, got ",
               dtype_name(a_scale.scalar_type()));
-  TORCH_CHECK(b_scale.scalar_type() == at::kFloat, "gemm: b_scale must be torch.float32, got ",
+  TORCH_CHECK(is_scale_dtype(b_scale.scalar_type()), "gemm: b_scale must be torch.float32 or torch.float8_e8m0fnu, got ",
               dtype_name(b_scale.scalar_type()));
   TORCH_CHECK(out.scalar_type() == at::kBFloat16, "gemm: out must be torch.bfloat16, got ",
               dtype_name(out.scalar_type()));
@@ -324,7 +341,7 @@ void check_matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
               dtype_name(b.scalar_type()));
   TORCH_CHECK(b_scale.dim() == 2, op, ": Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a ",
               std::to_string(b_scale.dim()), "-D tensor of shape ", shape_str(b_scale.sizes()));
-  TORCH_CHECK(b_scale.scalar_type() == at::kFloat, op, ": Bs must be torch.float32, got ",
+  TORCH_CHECK(is_scale_dtype(b_scale.scalar_type()), op, ": Bs must be torch.float32 or torch.float8_e8m0fnu, got ",
               dtype_name(b_scale.scalar_type()));
   TORCH_CHECK(block_size.size() == 2 && block_size[0] == kQuantBlock && block_size[1] == kQuantBlock, op,
               ": block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only blocking "
@@ -454,9 +471,11 @@ void run_act_quant(const at::Tensor& x_in, Quantized& out, const std::optional<a
 
 }  // namespace
 
-void gemm(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
-          const at::Tensor& b_scale) {
-  check_inputs(out, a, b, a_scale, b_scale);
+void gemm(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale_in,
+          const at::Tensor& b_scale_in) {
+  check_inputs(out, a, b, a_scale_in, b_scale_in);
+  // Kept alive until the backend has been enqueued: make_problem takes raw pointers.
+  const at::Tensor a_scale = float32_scales(a_scale_in), b_scale = float32_scales(b_scale_in);
   if (out.numel() == 0) return;  // M == 0 or N == 0
   if (a.size(1) == 0) {          // K == 0: every output is an empty sum
     out.zero_();
@@ -488,10 +507,11 @@ std::tuple<at::Tensor, at::Tensor> fp8_act_quant(const at::Tensor& x, int64_t bl
   return {out.q, out.scale};
 }
 
-at::Tensor matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale, at::IntArrayRef block_size,
+at::Tensor matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale_in, at::IntArrayRef block_size,
                      std::optional<at::ScalarType> output_dtype, const std::optional<at::Tensor>& activation_scale,
                      std::optional<double> activation_scale_value) {
-  check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, activation_scale_value);
+  check_matmul_2d(a, b, b_scale_in, block_size, output_dtype, activation_scale, activation_scale_value);
+  const at::Tensor b_scale = float32_scales(b_scale_in);
   const at::ScalarType out_dtype = output_dtype.value_or(a.scalar_type());
   const int64_t k = a.size(-1), n = b.size(0);
   std::vector<int64_t> out_sizes(a.sizes().begin(), a.sizes().end() - 1);
@@ -550,6 +570,241 @@ at::Tensor matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   return out.view(out_sizes);
 }
 
+// ------------------------------------------------------------------------------------------------
+// MoE expert GEMMs (matmul_batched, matmul_grouped): the checks of _validate.check_matmul_batched /
+// check_matmul_grouped, in the same order and with the same messages.
+
+namespace {
+
+bool is_index_dtype(at::ScalarType t) {
+  return t == at::kChar || t == at::kByte || t == at::kShort || t == at::kInt || t == at::kLong;
+}
+
+bool is_count_dtype(at::ScalarType t) { return is_index_dtype(t) || t == at::kFloat || t == at::kDouble; }
+
+void check_dims(const char* op, const at::Tensor& t, const char* name, int64_t dims, const char* logical) {
+  TORCH_CHECK(t.dim() == dims, op, ": ", name, " must be a ", std::to_string(dims), "-D tensor of logical shape ",
+              logical, ", got a ", std::to_string(t.dim()), "-D tensor of shape ", shape_str(t.sizes()));
+}
+
+void check_same_length(const char* op, const at::Tensor& t, const char* name, const char* logical, int64_t expected,
+                       const char* source, const at::Tensor& source_tensor) {
+  TORCH_CHECK(t.size(0) == expected, op, ": ", name, " must have shape ", logical, " = ", shape_str({expected}),
+              " for ", source, " of shape ", shape_str(source_tensor.sizes()), ", got ", shape_str(t.sizes()));
+}
+
+// Shared by both ops; `routing` lists the routing tensors (name, tensor) for the device check.
+void check_expert_operands(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
+                           at::IntArrayRef block_size, std::optional<at::ScalarType> output_dtype) {
+  check_dims(op, a, "A", 2, "(S, K)");
+  TORCH_CHECK(is_activation_dtype(a.scalar_type()), op, ": A must be torch.bfloat16, torch.float16 or torch.float32, got ",
+              dtype_name(a.scalar_type()));
+  TORCH_CHECK(a.size(0) <= kMaxActRows, op, ": A of shape ", shape_str(a.sizes()), " has ", std::to_string(a.size(0)),
+              " rows; at most ", std::to_string(kMaxActRows), " are supported");
+  check_dims(op, b, "B", 3, "(E, N, K)");
+  TORCH_CHECK(is_fp8_dtype(b.scalar_type()), op, ": B must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got ",
+              dtype_name(b.scalar_type()));
+  check_dims(op, b_scale, "Bs", 3, "(E, ceil(N/128), ceil(K/128))");
+  TORCH_CHECK(is_scale_dtype(b_scale.scalar_type()), op, ": Bs must be torch.float32 or torch.float8_e8m0fnu, got ",
+              dtype_name(b_scale.scalar_type()));
+  TORCH_CHECK(block_size.size() == 2 && block_size[0] == kQuantBlock && block_size[1] == kQuantBlock, op,
+              ": block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only blocking "
+              "the kernels implement), got ",
+              shape_str(block_size));
+  TORCH_CHECK(!output_dtype.has_value() || is_activation_dtype(*output_dtype), op,
+              ": output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got ",
+              dtype_name(output_dtype.value_or(at::kFloat)));
+}
+
+void check_expert_shapes(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale) {
+  const int64_t k = a.size(1), e = b.size(0), n = b.size(1);
+  TORCH_CHECK(b.size(2) == k, op, ": A (S, K) and B (E, N, K) must have the same K, got A of shape ",
+              shape_str(a.sizes()), " (K = ", std::to_string(k), ") and B of shape ", shape_str(b.sizes()), " (K = ",
+              std::to_string(b.size(2)), ")");
+  const int64_t nb = ceil_blocks(n), kb = ceil_blocks(k);
+  TORCH_CHECK(b_scale.size(0) == e && b_scale.size(1) == nb && b_scale.size(2) == kb, op,
+              ": Bs must have shape (E, ceil(N/128), ceil(K/128)) = ", shape_str({e, nb, kb}), " for B of shape ",
+              shape_str(b.sizes()), ", got ", shape_str(b_scale.sizes()));
+}
+
+void check_same_device(const char* op, const at::Tensor& a,
+                       std::initializer_list<std::pair<const at::Tensor*, const char*>> others) {
+  for (const auto& [t, name] : others)
+    TORCH_CHECK(t->device() == a.device(), op, ": all tensors must be on the same device; A is on ", a.device().str(),
+                " but ", name, " is on ", t->device().str());
+}
+
+void check_defined(const char* op, std::initializer_list<std::pair<const at::Tensor*, const char*>> tensors) {
+  for (const auto& [t, name] : tensors) TORCH_CHECK_TYPE(t->defined(), op, ": ", name, " must be a torch.Tensor, got None");
+}
+
+void check_matmul_batched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
+                          const at::Tensor& expert_ids, at::IntArrayRef block_size,
+                          std::optional<at::ScalarType> output_dtype) {
+  const char* op = "matmul_batched";
+  check_defined(op, {{&a, "A"}, {&b, "B"}, {&b_scale, "Bs"}, {&expert_ids, "expert_ids"}});
+  check_expert_operands(op, a, b, b_scale, block_size, output_dtype);
+  check_dims(op, expert_ids, "expert_ids", 1, "(S,)");
+  TORCH_CHECK(is_index_dtype(expert_ids.scalar_type()), op,
+              ": expert_ids must be an integer tensor (torch.int8, torch.uint8, torch.int16, torch.int32 or "
+              "torch.int64), got ",
+              dtype_name(expert_ids.scalar_type()));
+  check_same_device(op, a, {{&b, "B"}, {&b_scale, "Bs"}, {&expert_ids, "expert_ids"}});
+  check_expert_shapes(op, a, b, b_scale);
+  check_same_length(op, expert_ids, "expert_ids", "(S,)", a.size(0), "A", a);
+}
+
+void check_matmul_grouped(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale, const at::Tensor& offsets,
+                          const at::Tensor& tokens_per_expert, at::IntArrayRef block_size,
+                          std::optional<at::ScalarType> output_dtype) {
+  const char* op = "matmul_grouped";
+  check_defined(op, {{&a, "A"}, {&b, "B"}, {&b_scale, "Bs"}, {&offsets, "offsets"},
+                     {&tokens_per_expert, "tokens_per_expert"}});
+  check_expert_operands(op, a, b, b_scale, block_size, output_dtype);
+  check_dims(op, offsets, "offsets", 1, "(E,)");
+  TORCH_CHECK(offsets.scalar_type() == at::kInt, op, ": offsets must be torch.int32, got ",
+              dtype_name(offsets.scalar_type()));
+  check_dims(op, tokens_per_expert, "tokens_per_expert", 1, "(E,)");
+  TORCH_CHECK(is_count_dtype(tokens_per_expert.scalar_type()), op,
+              ": tokens_per_expert must be an integer tensor, torch.float32 or torch.float64, got ",
+              dtype_name(tokens_per_expert.scalar_type()));
+  check_same_device(op, a,
+                    {{&b, "B"}, {&b_scale, "Bs"}, {&offsets, "offsets"}, {&tokens_per_expert, "tokens_per_expert"}});
+  check_expert_shapes(op, a, b, b_scale);
+  check_same_length(op, offsets, "offsets", "(E,)", b.size(0), "B", b);
+  check_same_length(op, tokens_per_expert, "tokens_per_expert", "(E,)", b.size(0), "B", b);
+}
+
+std::string count_str(double v) {
+  if (v == static_cast<double>(static_cast<int64_t>(v))) return std::to_string(static_cast<int64_t>(v));
+  return std::to_string(v);
+}
+
+// CPU only (reading them on a GPU would cost a host synchronisation): the values of offsets and
+// tokens_per_expert.
+void check_grouped_values(const at::Tensor& offsets, const at::Tensor& tokens_per_expert, int64_t s) {
+  const char* op = "matmul_grouped";
+  const int32_t* off = offsets.const_data_ptr<int32_t>();
+  const int64_t stride = offsets.stride(0);
+  const at::Tensor counts = tokens_per_expert.to(at::kDouble);
+  const double* count = counts.const_data_ptr<double>();
+  const int64_t count_stride = counts.stride(0);
+  int64_t previous = 0;
+  for (int64_t e = 0; e < offsets.size(0); ++e) {
+    const int64_t end = off[e * stride];
+    TORCH_CHECK(end >= 0 && end <= s, op, ": offsets[", std::to_string(e), "] = ", std::to_string(end),
+                " is outside [0, S] = [0, ", std::to_string(s), "] (offsets are inclusive row ends of A's rows)");
+    TORCH_CHECK(end >= previous, op, ": offsets must be non-decreasing, got offsets[", std::to_string(e), "] = ",
+                std::to_string(end), " < offsets[", std::to_string(e - 1), "] = ", std::to_string(previous));
+    const double c = count[e * count_stride];
+    TORCH_CHECK(c == static_cast<double>(end - previous), op, ": tokens_per_expert[", std::to_string(e), "] = ",
+                count_str(c), " does not match ",
+                e == 0 ? std::string("offsets[0] = ") + std::to_string(end)
+                       : "offsets[" + std::to_string(e) + "] - offsets[" + std::to_string(e - 1) +
+                             "] = " + std::to_string(end - previous));
+    previous = end;
+  }
+}
+
+fp8gemm::IndexDtype index_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kChar: return fp8gemm::IndexDtype::kInt8;
+    case at::kByte: return fp8gemm::IndexDtype::kUInt8;
+    case at::kShort: return fp8gemm::IndexDtype::kInt16;
+    case at::kInt: return fp8gemm::IndexDtype::kInt32;
+    default: return fp8gemm::IndexDtype::kInt64;
+  }
+}
+
+// Quantizes A, then runs the expert GEMM of `p` (routing already filled in) into a new (S, N) tensor.
+at::Tensor run_expert_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale_in,
+                           std::optional<at::ScalarType> output_dtype, fp8gemm::ExpertGemmProblem& p) {
+  const at::ScalarType out_dtype = output_dtype.value_or(a.scalar_type());
+  const int64_t s = a.size(0), k = a.size(1), e = b.size(0), n = b.size(1);
+  if (s == 0 || n == 0) return at::empty({s, n}, a.options().dtype(out_dtype));
+  // Empty sums, or no expert any row could be routed to.
+  if (k == 0 || e == 0) return at::zeros({s, n}, a.options().dtype(out_dtype));
+
+  const at::Tensor b_scale = float32_scales(b_scale_in);
+  Quantized qa = allocate_quantized(a, b.scalar_type());
+  at::Tensor out = at::empty({s, n}, a.options().dtype(at::kBFloat16));
+  p.s = s;
+  p.n = n;
+  p.k = k;
+  p.experts = e;
+  p.a = static_cast<const uint8_t*>(qa.q.const_data_ptr());
+  p.a_stride_s = k;
+  p.a_scale = qa.scale.const_data_ptr<float>();
+  p.a_scale_stride_s = 1;
+  p.a_scale_stride_kb = qa.ld;
+  p.b = static_cast<const uint8_t*>(b.const_data_ptr());
+  p.b_stride_e = b.stride(0);
+  p.b_stride_n = b.stride(1);
+  p.b_stride_k = b.stride(2);
+  p.b_scale = b_scale.const_data_ptr<float>();
+  p.b_scale_stride_e = b_scale.stride(0);
+  p.b_scale_stride_nb = b_scale.stride(1);
+  p.b_scale_stride_kb = b_scale.stride(2);
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.out_stride_s = n;
+  p.format = b.scalar_type() == at::kFloat8_e4m3fn ? fp8gemm::Fp8Format::kE4M3FN : fp8gemm::Fp8Format::kE4M3FNUZ;
+  const std::string shape = "S=" + std::to_string(s) + ", N=" + std::to_string(n) + ", K=" + std::to_string(k) +
+                            ", E=" + std::to_string(e);
+
+  const at::DeviceType device = a.device().type();
+  if (device == at::kCPU) {
+#ifdef CPU_KERNEL
+    run_act_quant(a, qa, std::nullopt, std::nullopt);
+    fp8gemm::cpu::expert_gemm(p);
+    return out_dtype == at::kBFloat16 ? out : out.to(out_dtype);
+#endif
+  } else if (device == at::kCUDA) {
+#if defined(CUDA_KERNEL)
+    const c10::cuda::OptionalCUDAGuard guard(a.device());
+    const size_t bytes = fp8gemm::cuda::expert_workspace_bytes(p);
+    at::Tensor workspace;  // from the caching allocator, sized for this call
+    if (bytes > 0) workspace = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+    run_act_quant(a, qa, std::nullopt, std::nullopt);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
+    const cudaError_t err = fp8gemm::cuda::expert_gemm(p, bytes > 0 ? workspace.data_ptr() : nullptr, bytes, stream,
+                                                       /*after_producer=*/true);
+    TORCH_CHECK(err == cudaSuccess, op, ": CUDA backend failed (", shape, "): ", cudaGetErrorString(err));
+    return out_dtype == at::kBFloat16 ? out : out.to(out_dtype);
+#elif defined(ROCM_KERNEL)
+    TORCH_CHECK(false, op, ": the expert GEMMs have no ROCm backend yet (CPU and CUDA sm_90a only); got tensors on ",
+                a.device().str(), " (", shape, ")");
+#endif
+  }
+  TORCH_CHECK(false, op, ": this build of the kernel has no backend for device ", a.device().str(), " (", shape, ")");
+  return out;
+}
+
+}  // namespace
+
+at::Tensor matmul_batched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
+                          const at::Tensor& expert_ids, at::IntArrayRef block_size,
+                          std::optional<at::ScalarType> output_dtype) {
+  check_matmul_batched(a, b, b_scale, expert_ids, block_size, output_dtype);
+  fp8gemm::ExpertGemmProblem p;
+  p.routing = fp8gemm::ExpertRouting::kPerRowIds;
+  p.ids = expert_ids.const_data_ptr();
+  p.ids_stride = expert_ids.stride(0);
+  p.ids_dtype = index_dtype(expert_ids.scalar_type());
+  return run_expert_gemm("matmul_batched", a, b, b_scale, output_dtype, p);
+}
+
+at::Tensor matmul_grouped(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
+                          const at::Tensor& offsets, const at::Tensor& tokens_per_expert, at::IntArrayRef block_size,
+                          std::optional<at::ScalarType> output_dtype) {
+  check_matmul_grouped(a, b, b_scale, offsets, tokens_per_expert, block_size, output_dtype);
+  if (a.device().is_cpu()) check_grouped_values(offsets, tokens_per_expert, a.size(0));
+  fp8gemm::ExpertGemmProblem p;
+  p.routing = fp8gemm::ExpertRouting::kSortedOffsets;
+  p.offsets = offsets.const_data_ptr<int32_t>();
+  p.offsets_stride = offsets.stride(0);
+  return run_expert_gemm("matmul_grouped", a, b, b_scale, output_dtype, p);
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("gemm(Tensor! out, Tensor a, Tensor b, Tensor a_scale, Tensor b_scale) -> ()");
   ops.def(
@@ -558,15 +813,25 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def(
       "matmul_2d(Tensor a, Tensor b, Tensor b_scale, int[] block_size, ScalarType? output_dtype, "
       "Tensor? activation_scale, float? activation_scale_value) -> Tensor");
+  ops.def(
+      "matmul_batched(Tensor a, Tensor b, Tensor b_scale, Tensor expert_ids, int[] block_size, "
+      "ScalarType? output_dtype) -> Tensor");
+  ops.def(
+      "matmul_grouped(Tensor a, Tensor b, Tensor b_scale, Tensor offsets, Tensor tokens_per_expert, "
+      "int[] block_size, ScalarType? output_dtype) -> Tensor");
 #ifdef CPU_KERNEL
   ops.impl("gemm", c10::DispatchKey::CPU, &gemm);
   ops.impl("fp8_act_quant", c10::DispatchKey::CPU, &fp8_act_quant);
   ops.impl("matmul_2d", c10::DispatchKey::CPU, &matmul_2d);
+  ops.impl("matmul_batched", c10::DispatchKey::CPU, &matmul_batched);
+  ops.impl("matmul_grouped", c10::DispatchKey::CPU, &matmul_grouped);
 #endif
 #if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
   ops.impl("gemm", c10::DispatchKey::CUDA, &gemm);
   ops.impl("fp8_act_quant", c10::DispatchKey::CUDA, &fp8_act_quant);
   ops.impl("matmul_2d", c10::DispatchKey::CUDA, &matmul_2d);
+  ops.impl("matmul_batched", c10::DispatchKey::CUDA, &matmul_batched);
+  ops.impl("matmul_grouped", c10::DispatchKey::CUDA, &matmul_grouped);
 #endif
 }
 

@@ -27,3 +27,20 @@ std::tuple<at::Tensor, at::Tensor> fp8_act_quant(const at::Tensor& x, int64_t bl
 at::Tensor matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale, at::IntArrayRef block_size,
                      std::optional<at::ScalarType> output_dtype, const std::optional<at::Tensor>& activation_scale,
                      std::optional<double> activation_scale_value);
+
+// matmul_batched(Tensor a, Tensor b, Tensor b_scale, Tensor expert_ids, int[] block_size,
+//                ScalarType? output_dtype) -> Tensor
+// MoE experts, one expert per row: a (S, K) raw activations quantized as fp8_act_quant, b (E, N, K) fp8,
+// b_scale (E, ceil(N/128), ceil(K/128)) float32 or float8_e8m0fnu, expert_ids (S,) any integer dtype.
+// Row s of the (S, N) result is a[s] against expert expert_ids[s]; rows whose id is outside [0, E) are zeros.
+at::Tensor matmul_batched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
+                          const at::Tensor& expert_ids, at::IntArrayRef block_size,
+                          std::optional<at::ScalarType> output_dtype);
+
+// matmul_grouped(Tensor a, Tensor b, Tensor b_scale, Tensor offsets, Tensor tokens_per_expert, int[] block_size,
+//                ScalarType? output_dtype) -> Tensor
+// MoE experts over rows sorted by expert: offsets (E,) int32 inclusive row ends, tokens_per_expert (E,) their
+// differences (values checked on the CPU only; a GPU clamps bad offsets). Rows past offsets[E - 1] are zeros.
+at::Tensor matmul_grouped(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
+                          const at::Tensor& offsets, const at::Tensor& tokens_per_expert, at::IntArrayRef block_size,
+                          std::optional<at::ScalarType> output_dtype);

@@ -9,15 +9,27 @@ See README.md for the layout contract (challenge, DeepSeek/vLLM row-major, seed 
 For fine-grained FP8 models (transformers' FP8Linear, kernels-community's finegrained-fp8 surface):
 fp8_act_quant(x) quantizes bf16/fp16/fp32 activations per row and 128-wide group, and
 matmul_2d(A, B, Bs, block_size) runs quantization and GEMM from raw activations.
+
+For fine-grained FP8 mixture-of-experts models (transformers' FP8Experts): matmul_batched (one expert
+id per row) and matmul_grouped (rows sorted by expert, inclusive row-end offsets) run the experts'
+GEMMs from raw activations. Weight scales may be float32 or float8_e8m0fnu (UE8M0) everywhere.
 """
 from typing import Optional, Sequence, Union
 
 import torch
 
 from ._ops import add_op_namespace_prefix, ops
-from ._validate import check_2d, check_act_quant, check_inputs, check_matmul_2d, quantized_layout
+from ._validate import (
+    check_2d,
+    check_act_quant,
+    check_inputs,
+    check_matmul_2d,
+    check_matmul_batched,
+    check_matmul_grouped,
+    quantized_layout,
+)
 
-__all__ = ["gemm", "fp8_act_quant", "matmul_2d", "ops", "layers"]
+__all__ = ["gemm", "fp8_act_quant", "matmul_2d", "matmul_batched", "matmul_grouped", "ops", "layers"]
 
 ActivationScale = Union[None, float, torch.Tensor]
 
@@ -121,6 +133,67 @@ def _matmul_2d_fake(a, b, b_scale, block_size, output_dtype, activation_scale, a
     check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, activation_scale_value)
     out_dtype = a.dtype if output_dtype is None else output_dtype
     return a.new_empty(tuple(a.shape[:-1]) + (b.shape[0],), dtype=out_dtype)
+
+
+def _int_list(block_size):
+    return list(block_size) if isinstance(block_size, tuple) else block_size
+
+
+def matmul_batched(
+    A: torch.Tensor,
+    B: torch.Tensor,
+    Bs: torch.Tensor,
+    expert_ids: torch.Tensor,
+    block_size: Sequence[int],
+    output_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Mixture-of-experts GEMM with one expert per row: ``C[s] = A[s] @ dequant(B[expert_ids[s]]).T``.
+
+    A (S, K) bf16/fp16/fp32 activations (any strides), quantized as fp8_act_quant does with B's fp8 kind;
+    B (E, N, K) float8_e4m3fn or float8_e4m3fnuz; Bs (E, ceil(N/128), ceil(K/128)) float32 or
+    float8_e8m0fnu; expert_ids (S,) of any integer dtype and stride; block_size [128, 128]. Returns
+    C (S, N) in output_dtype (default A.dtype). Rows whose id is outside [0, E) (expert-parallel
+    placeholders) are zeros.
+    """
+    if not torch.compiler.is_compiling():
+        check_matmul_batched(A, B, Bs, expert_ids, block_size, output_dtype)
+    return ops.matmul_batched(A, B, Bs, expert_ids, _int_list(block_size), output_dtype)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("matmul_batched"))
+def _matmul_batched_fake(a, b, b_scale, expert_ids, block_size, output_dtype):
+    check_matmul_batched(a, b, b_scale, expert_ids, block_size, output_dtype)
+    out_dtype = a.dtype if output_dtype is None else output_dtype
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+def matmul_grouped(
+    A: torch.Tensor,
+    B: torch.Tensor,
+    Bs: torch.Tensor,
+    offsets: torch.Tensor,
+    tokens_per_expert: torch.Tensor,
+    block_size: Sequence[int],
+    output_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Mixture-of-experts GEMM over rows sorted by expert: expert e owns rows [offsets[e-1], offsets[e]).
+
+    A, B, Bs, block_size and output_dtype as in matmul_batched; offsets (E,) int32 inclusive row ends
+    (cumsum of the counts), any stride; tokens_per_expert (E,) the counts (integer, float32 or float64, as
+    torch.histc gives them). Rows at or past offsets[E-1] are zeros. On the CPU the values are checked
+    (a RuntimeError names the index and value); on a GPU they are never read on the host (no
+    synchronisation, CUDA-graph capturable) and bad offsets are clamped to [0, S] (README.md).
+    """
+    if not torch.compiler.is_compiling():
+        check_matmul_grouped(A, B, Bs, offsets, tokens_per_expert, block_size, output_dtype)
+    return ops.matmul_grouped(A, B, Bs, offsets, tokens_per_expert, _int_list(block_size), output_dtype)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("matmul_grouped"))
+def _matmul_grouped_fake(a, b, b_scale, offsets, tokens_per_expert, block_size, output_dtype):
+    check_matmul_grouped(a, b, b_scale, offsets, tokens_per_expert, block_size, output_dtype)
+    out_dtype = a.dtype if output_dtype is None else output_dtype
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
 
 
 # Imported last: layers.py (kernels' kernelize layers) uses the functions defined above.

@@ -1,7 +1,8 @@
 """Argument checks of the ops: the one validation of the Python API and of the fake (meta) implementations.
 
 ``gemm()`` runs :func:`check_inputs` (``fp8_act_quant()`` :func:`check_act_quant`, ``matmul_2d()``
-:func:`check_matmul_2d`) before it calls the op, and the fake implementation runs the same function on
+:func:`check_matmul_2d`, ``matmul_batched()`` / ``matmul_grouped()`` :func:`check_matmul_batched` /
+:func:`check_matmul_grouped`) before it calls the op, and the fake implementation runs the same function on
 meta/fake tensors, so eager calls, meta tensors and torch.compile tracing report the same errors.
 torch_binding.cpp repeats every check, in the same order and with the same messages, for callers of
 the raw ops (``ops.gemm``, ...); the tests hold the two to the same lists of bad inputs.
@@ -14,6 +15,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 QUANT_BLOCK = 128
 FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)
+# Scales: float32, or UE8M0 (2^(code - 127)), which the binding converts exactly to float32.
+SCALE_DTYPES = (torch.float32, torch.float8_e8m0fnu)
 
 _LOGICAL = {
     "a": "(M, K)",
@@ -121,8 +124,8 @@ def check_inputs(out, a, b, a_scale, b_scale):
             "convert one of them"
         )
     for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
-        if t.dtype != torch.float32:
-            raise RuntimeError(f"gemm: {name} must be torch.float32, got {t.dtype}")
+        if t.dtype not in SCALE_DTYPES:
+            raise RuntimeError(f"gemm: {name} must be torch.float32 or torch.float8_e8m0fnu, got {t.dtype}")
     if out.dtype != torch.bfloat16:
         raise RuntimeError(f"gemm: out must be torch.bfloat16, got {out.dtype}")
     for name, t in (("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("out", out)):
@@ -262,8 +265,8 @@ def check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, a
             f"{op}: Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a {b_scale.dim()}-D "
             f"tensor of shape {_shape(b_scale)}"
         )
-    if b_scale.dtype != torch.float32:
-        raise RuntimeError(f"{op}: Bs must be torch.float32, got {b_scale.dtype}")
+    if b_scale.dtype not in SCALE_DTYPES:
+        raise RuntimeError(f"{op}: Bs must be torch.float32 or torch.float8_e8m0fnu, got {b_scale.dtype}")
     if not (
         isinstance(block_size, (list, tuple))
         and len(block_size) == 2
@@ -294,6 +297,127 @@ def check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, a
             f"shape {_shape(b)}, got {_shape(b_scale)}"
         )
     _check_activation_scale(op, activation_scale, a, "A", activation_scale_value)
+
+
+# ----------------------------------------------------------------------------------------------------
+# matmul_batched and matmul_grouped (the MoE expert GEMMs)
+
+INDEX_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+COUNT_DTYPES = INDEX_DTYPES + (torch.float32, torch.float64)
+
+
+def _check_dims(op, t, name, dims, logical):
+    if t.dim() != dims:
+        raise RuntimeError(
+            f"{op}: {name} must be a {dims}-D tensor of logical shape {logical}, got a {t.dim()}-D tensor of shape "
+            f"{_shape(t)}"
+        )
+
+
+def _check_block_size(op, block_size):
+    if not (
+        isinstance(block_size, (list, tuple))
+        and len(block_size) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) and s == QUANT_BLOCK for s in block_size)
+    ):
+        raise RuntimeError(
+            f"{op}: block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only "
+            f"blocking the kernels implement), got {_block_size_str(block_size)}"
+        )
+
+
+def _check_expert_operands(op, a, b, b_scale, block_size, output_dtype):
+    _check_dims(op, a, "A", 2, "(S, K)")
+    if a.dtype not in ACT_DTYPES:
+        raise RuntimeError(f"{op}: A must be torch.bfloat16, torch.float16 or torch.float32, got {a.dtype}")
+    if a.shape[0] > MAX_ROWS:
+        raise RuntimeError(f"{op}: A of shape {_shape(a)} has {a.shape[0]} rows; at most {MAX_ROWS} are supported")
+    _check_dims(op, b, "B", 3, "(E, N, K)")
+    if b.dtype not in FP8_DTYPES:
+        raise RuntimeError(f"{op}: B must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {b.dtype}")
+    _check_dims(op, b_scale, "Bs", 3, "(E, ceil(N/128), ceil(K/128))")
+    if b_scale.dtype not in SCALE_DTYPES:
+        raise RuntimeError(f"{op}: Bs must be torch.float32 or torch.float8_e8m0fnu, got {b_scale.dtype}")
+    _check_block_size(op, block_size)
+    if output_dtype is not None and output_dtype not in ACT_DTYPES:
+        raise RuntimeError(
+            f"{op}: output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got {output_dtype}"
+        )
+
+
+def _check_expert_shapes(op, a, b, b_scale):
+    k = a.shape[1]
+    e, n = b.shape[0], b.shape[1]
+    if b.shape[2] != k:
+        raise RuntimeError(
+            f"{op}: A (S, K) and B (E, N, K) must have the same K, got A of shape {_shape(a)} (K = {k}) and B of "
+            f"shape {_shape(b)} (K = {b.shape[2]})"
+        )
+    expected = (e, _blocks(n), _blocks(k))
+    if tuple(b_scale.shape) != expected:
+        raise RuntimeError(
+            f"{op}: Bs must have shape (E, ceil(N/128), ceil(K/128)) = {_shape(expected)} for B of shape "
+            f"{_shape(b)}, got {_shape(b_scale)}"
+        )
+
+
+def _check_same_device(op, a, others):
+    for name, t in others:
+        if t.device != a.device:
+            raise RuntimeError(
+                f"{op}: all tensors must be on the same device; A is on {a.device} but {name} is on {t.device}"
+            )
+
+
+def _check_length(op, t, name, logical, expected, source, source_tensor):
+    if t.shape[0] != expected:
+        raise RuntimeError(
+            f"{op}: {name} must have shape {logical} = {_shape((expected,))} for {source} of shape "
+            f"{_shape(source_tensor)}, got {_shape(t)}"
+        )
+
+
+def check_matmul_batched(a, b, b_scale, expert_ids, block_size, output_dtype):
+    """matmul_batched's arguments (shapes, dtypes, devices; the ids' values are never an error)."""
+    op = "matmul_batched"
+    for name, t in (("A", a), ("B", b), ("Bs", b_scale), ("expert_ids", expert_ids)):
+        check_tensor(t, name, op)
+    _check_expert_operands(op, a, b, b_scale, block_size, output_dtype)
+    _check_dims(op, expert_ids, "expert_ids", 1, "(S,)")
+    if expert_ids.dtype not in INDEX_DTYPES:
+        raise RuntimeError(
+            f"{op}: expert_ids must be an integer tensor (torch.int8, torch.uint8, torch.int16, torch.int32 or "
+            f"torch.int64), got {expert_ids.dtype}"
+        )
+    _check_same_device(op, a, (("B", b), ("Bs", b_scale), ("expert_ids", expert_ids)))
+    _check_expert_shapes(op, a, b, b_scale)
+    _check_length(op, expert_ids, "expert_ids", "(S,)", a.shape[0], "A", a)
+
+
+def check_matmul_grouped(a, b, b_scale, offsets, tokens_per_expert, block_size, output_dtype):
+    """matmul_grouped's arguments (shapes, dtypes, devices). The values of offsets and tokens_per_expert are
+    checked by the CPU backend only (torch_binding.cpp): on a GPU that would cost a host synchronisation."""
+    op = "matmul_grouped"
+    for name, t in (
+        ("A", a), ("B", b), ("Bs", b_scale), ("offsets", offsets), ("tokens_per_expert", tokens_per_expert)
+    ):
+        check_tensor(t, name, op)
+    _check_expert_operands(op, a, b, b_scale, block_size, output_dtype)
+    _check_dims(op, offsets, "offsets", 1, "(E,)")
+    if offsets.dtype != torch.int32:
+        raise RuntimeError(f"{op}: offsets must be torch.int32, got {offsets.dtype}")
+    _check_dims(op, tokens_per_expert, "tokens_per_expert", 1, "(E,)")
+    if tokens_per_expert.dtype not in COUNT_DTYPES:
+        raise RuntimeError(
+            f"{op}: tokens_per_expert must be an integer tensor, torch.float32 or torch.float64, got "
+            f"{tokens_per_expert.dtype}"
+        )
+    _check_same_device(
+        op, a, (("B", b), ("Bs", b_scale), ("offsets", offsets), ("tokens_per_expert", tokens_per_expert))
+    )
+    _check_expert_shapes(op, a, b, b_scale)
+    _check_length(op, offsets, "offsets", "(E,)", b.shape[0], "B", b)
+    _check_length(op, tokens_per_expert, "tokens_per_expert", "(E,)", b.shape[0], "B", b)
 
 
 def quantized_layout(x_shape, dtype, device):
