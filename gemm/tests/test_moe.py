@@ -130,13 +130,14 @@ def sorted_problem(ids, e, device, tokens_dtype, strided):
     key = torch.where((ids >= 0) & (ids < e), ids, torch.full_like(ids, e))
     perm = torch.argsort(key, stable=True)
     counts = torch.bincount(key, minlength=e + 1)[:e]
-    offsets = torch.cumsum(counts, 0).to(torch.int32)
-    tokens = counts.to(tokens_dtype)
-    if strided:  # every other element of a larger buffer
-        offsets = torch.zeros(2 * e, dtype=torch.int32).index_copy_(0, torch.arange(0, 2 * e, 2), offsets)[::2]
-        tokens = torch.zeros(2 * e, dtype=tokens_dtype).index_copy_(0, torch.arange(0, 2 * e, 2), tokens)[::2]
+    offsets = torch.cumsum(counts, 0).to(torch.int32).to(device)
+    tokens = counts.to(tokens_dtype).to(device)
+    if strided:  # every other element of a larger buffer on the device (a copy across devices would be contiguous)
+        offsets = torch.zeros(2 * e, dtype=torch.int32, device=device)[::2].copy_(offsets)
+        tokens = torch.zeros(2 * e, dtype=tokens_dtype, device=device)[::2].copy_(tokens)
+        assert offsets.stride() == (2,) or e <= 1
     expert_of_row = torch.where(key[perm] < e, key[perm], torch.full_like(key[perm], -1))
-    return perm, offsets.to(device), tokens.to(device), expert_of_row
+    return perm, offsets, tokens, expert_of_row
 
 
 # (S, N, K, E, routing): odd N and K, E = 1, experts without rows, one expert with every row, placeholders.
@@ -200,9 +201,8 @@ def test_every_index_dtype_and_stride(device):
     base = gemm.matmul_batched(a, b, bs, ids.to(device), BLOCK)
     for dtype in INDEX_DTYPES:
         typed = ids if dtype != torch.uint8 else torch.where(ids < 0, torch.full_like(ids, 255), ids)
-        spread = torch.zeros(3 * s, dtype=dtype)
-        spread[::3] = typed.to(dtype)
-        got = gemm.matmul_batched(a, b, bs, spread[::3].to(device), BLOCK)
+        strided = torch.zeros(3 * s, dtype=dtype, device=device)[::3].copy_(typed.to(dtype))
+        got = gemm.matmul_batched(a, b, bs, strided, BLOCK)
         assert torch.equal(got, base), dtype
     assert torch.equal(base[:2].cpu(), torch.zeros(2, n, dtype=torch.float16))
 

@@ -593,7 +593,7 @@ void check_same_length(const char* op, const at::Tensor& t, const char* name, co
               " for ", source, " of shape ", shape_str(source_tensor.sizes()), ", got ", shape_str(t.sizes()));
 }
 
-// Shared by both ops; `routing` lists the routing tensors (name, tensor) for the device check.
+// A, B, Bs, block_size and output_dtype: the checks both ops share, before their routing tensors.
 void check_expert_operands(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
                            at::IntArrayRef block_size, std::optional<at::ScalarType> output_dtype) {
   check_dims(op, a, "A", 2, "(S, K)");
