@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <string>
 
 #include "act_quant.h"
@@ -676,7 +677,8 @@ void check_matmul_grouped(const at::Tensor& a, const at::Tensor& b, const at::Te
 }
 
 std::string count_str(double v) {
-  if (v == static_cast<double>(static_cast<int64_t>(v))) return std::to_string(static_cast<int64_t>(v));
+  if (std::isnan(v)) return "nan";
+  if (std::fabs(v) < 1e15 && v == std::floor(v)) return std::to_string(static_cast<int64_t>(v));  // no UB cast
   return std::to_string(v);
 }
 
