@@ -178,3 +178,44 @@ def test_matmul_2d_matches_float64_reference(m, n, k, gen):
     got = y.cpu().double().numpy()
     bad = ~(np.abs(got - want) <= 1e-3 + 2e-2 * np.abs(want) + 2.0**-12 * mass)
     assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, e.g. {got[bad][:4]} vs {want[bad][:4]}"
+
+
+# ---- mixture-of-experts: matmul_batched and matmul_grouped ----------------------------------------
+
+
+@pytest.mark.skipif(torch.version.hip is not None, reason="the expert GEMMs have no ROCm backend yet")
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float8_e8m0fnu])
+def test_expert_gemms_match_float64_reference(scale_dtype, gen):
+    s, n, k, e = 40, 200, 300, 5
+    x = torch.randn(s, k, generator=gen).to(torch.bfloat16)
+    w = torch.randn(e, n, k, generator=gen).to(torch.float8_e4m3fn)
+    shape = (e, math.ceil(n / BLOCK), math.ceil(k / BLOCK))
+    if scale_dtype == torch.float32:
+        w_scale = torch.rand(shape, generator=gen) + 0.5
+    else:  # UE8M0: 2^(code - 127)
+        w_scale = torch.randint(124, 131, shape, generator=gen, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    ids = torch.randint(-1, e + 1, (s,), generator=gen)  # -1 and e: placeholder rows
+    expert = torch.where((ids >= 0) & (ids < e), ids, torch.full_like(ids, e))
+    perm = torch.argsort(expert, stable=True)
+    counts = torch.bincount(expert, minlength=e + 1)[:e]
+    offsets = torch.cumsum(counts, 0).to(torch.int32)
+    dev = [t.to(DEVICE) for t in (x, w, w_scale)]
+    batched = gemm.matmul_batched(*dev, ids.to(DEVICE), [128, 128]).cpu()
+    grouped = gemm.matmul_grouped(dev[0][perm.to(DEVICE)], dev[1], dev[2], offsets.to(DEVICE),
+                                  counts.to(torch.int32).to(DEVICE), [128, 128]).cpu()
+    assert batched.dtype == grouped.dtype == torch.bfloat16 and batched.shape == grouped.shape == (s, n)
+    q, scale = gemm.fp8_act_quant(x.to(DEVICE), 128, torch.float8_e4m3fn)
+    q, scale = q.cpu().float(), scale.cpu()
+    w_scale64 = torch.exp2(w_scale.view(torch.uint8).double() - 127) if scale_dtype != torch.float32 else w_scale
+    placeholder = expert == e
+    assert not batched[placeholder].any() and not grouped[int(counts.sum()):].any()  # rows of no expert: zeros
+    for j in range(e):
+        rows = (expert == j).nonzero().flatten()
+        if rows.numel() == 0:
+            continue
+        want, mass = _reference(q[rows], w[j], scale[rows], w_scale64[j])
+        start = int(counts[:j].sum())
+        for got in (batched[rows], grouped[start : start + rows.numel()]):
+            got = got.double().numpy()
+            bad = ~(np.abs(got - want) <= 1e-3 + 2e-2 * np.abs(want) + 2.0**-12 * mass)
+            assert not bad.any(), f"expert {j}: {int(bad.sum())} of {bad.size} elements off"

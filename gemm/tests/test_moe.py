@@ -18,7 +18,7 @@ import torch
 
 import gemm
 from act_quant_reference import act_quant_ref
-from reference import assert_close_challenge, assert_close_fp8_tensor_core, reference_gemm
+from reference import assert_close_fp8_tensor_core, reference_gemm
 
 FP8 = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
 KIND_OF = {v: k for k, v in FP8.items()}
@@ -92,6 +92,17 @@ def poison_allocator(elements, device):
     del junk
 
 
+def assert_close_cpu(out, a, b, a_scale, b_scale, what):
+    """The CPU backend: the challenge bound plus the fp32 summation error of its exact products, 2^-15 of the
+    sum of |terms| (as backends.py); NaN positions must match."""
+    ref = reference_gemm(a, b, a_scale, b_scale)
+    mass = reference_gemm(a.float().abs(), b.float().abs(), a_scale.abs(), b_scale.abs())
+    got = out.detach().cpu().to(torch.float64)
+    assert torch.equal(torch.isnan(got), torch.isnan(ref)), f"{what}: NaN positions differ (seed {SEED})"
+    bad = (got - ref).abs() > 1e-3 + 2e-2 * ref.abs() + 2.0**-15 * mass
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.numel()} elements off (seed {SEED})"
+
+
 def check(c, a, b, bs64, expert_of_row, device):
     """c (S, N) against the float64 reference per expert; rows of expert -1 must be exactly zero."""
     kind = KIND_OF[b.dtype]
@@ -105,11 +116,7 @@ def check(c, a, b, bs64, expert_of_row, device):
     for e in torch.unique(expert_of_row[~none]).tolist():
         rows = (expert_of_row == e).nonzero().flatten()
         if device == "cpu":
-            ref = reference_gemm(q[rows], b[e], qs[rows], bs64[e])
-            try:
-                assert_close_challenge(c[rows], ref)
-            except AssertionError as err:
-                raise AssertionError(f"expert {e} (seed {SEED}): {err}") from None
+            assert_close_cpu(c[rows], q[rows], b[e], qs[rows], bs64[e], f"expert {e}")
         else:  # Hopper's fp8 tensor-core accuracy class (reference.py)
             assert_close_fp8_tensor_core(c[rows].cuda(), q[rows].cuda(), b[e].cuda(), qs[rows].cuda(),
                                          bs64[e].cuda())
@@ -130,13 +137,14 @@ def sorted_problem(ids, e, device, tokens_dtype, strided):
     key = torch.where((ids >= 0) & (ids < e), ids, torch.full_like(ids, e))
     perm = torch.argsort(key, stable=True)
     counts = torch.bincount(key, minlength=e + 1)[:e]
-    offsets = torch.cumsum(counts, 0).to(torch.int32)
-    tokens = counts.to(tokens_dtype)
-    if strided:  # every other element of a larger buffer
-        offsets = torch.zeros(2 * e, dtype=torch.int32).index_copy_(0, torch.arange(0, 2 * e, 2), offsets)[::2]
-        tokens = torch.zeros(2 * e, dtype=tokens_dtype).index_copy_(0, torch.arange(0, 2 * e, 2), tokens)[::2]
+    offsets = torch.cumsum(counts, 0).to(torch.int32).to(device)
+    tokens = counts.to(tokens_dtype).to(device)
+    if strided:  # every other element of a larger buffer on the device (a copy across devices would be contiguous)
+        offsets = torch.zeros(2 * e, dtype=torch.int32, device=device)[::2].copy_(offsets)
+        tokens = torch.zeros(2 * e, dtype=tokens_dtype, device=device)[::2].copy_(tokens)
+        assert offsets.stride() == (2,) or e <= 1
     expert_of_row = torch.where(key[perm] < e, key[perm], torch.full_like(key[perm], -1))
-    return perm, offsets.to(device), tokens.to(device), expert_of_row
+    return perm, offsets, tokens, expert_of_row
 
 
 # (S, N, K, E, routing): odd N and K, E = 1, experts without rows, one expert with every row, placeholders.
@@ -200,9 +208,8 @@ def test_every_index_dtype_and_stride(device):
     base = gemm.matmul_batched(a, b, bs, ids.to(device), BLOCK)
     for dtype in INDEX_DTYPES:
         typed = ids if dtype != torch.uint8 else torch.where(ids < 0, torch.full_like(ids, 255), ids)
-        spread = torch.zeros(3 * s, dtype=dtype)
-        spread[::3] = typed.to(dtype)
-        got = gemm.matmul_batched(a, b, bs, spread[::3].to(device), BLOCK)
+        strided = torch.zeros(3 * s, dtype=dtype, device=device)[::3].copy_(typed.to(dtype))
+        got = gemm.matmul_batched(a, b, bs, strided, BLOCK)
         assert torch.equal(got, base), dtype
     assert torch.equal(base[:2].cpu(), torch.zeros(2, n, dtype=torch.float16))
 
@@ -326,7 +333,7 @@ def test_e8m0_scales_in_gemm_and_matmul_2d(device):
     for a_s, b_s in ((a_scale, b_scale), (a_scale.float(), b_scale), (a_scale, b_scale.float())):
         out = gemm.gemm(a, b, a_s, b_s)
         if device == "cpu":
-            assert_close_challenge(out, reference_gemm(a, b, a64, b64))
+            assert_close_cpu(out, a, b, a64, b64, "gemm")
         else:
             assert_close_fp8_tensor_core(out, a, b, a64.to(device), b64.to(device))
         assert torch.equal(out, gemm.gemm(a, b, a_scale.float(), b_scale.float()))

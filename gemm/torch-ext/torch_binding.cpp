@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <string>
 
 #include "act_quant.h"
@@ -593,7 +594,7 @@ void check_same_length(const char* op, const at::Tensor& t, const char* name, co
               " for ", source, " of shape ", shape_str(source_tensor.sizes()), ", got ", shape_str(t.sizes()));
 }
 
-// Shared by both ops; `routing` lists the routing tensors (name, tensor) for the device check.
+// A, B, Bs, block_size and output_dtype: the checks both ops share, before their routing tensors.
 void check_expert_operands(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale,
                            at::IntArrayRef block_size, std::optional<at::ScalarType> output_dtype) {
   check_dims(op, a, "A", 2, "(S, K)");
@@ -676,7 +677,8 @@ void check_matmul_grouped(const at::Tensor& a, const at::Tensor& b, const at::Te
 }
 
 std::string count_str(double v) {
-  if (v == static_cast<double>(static_cast<int64_t>(v))) return std::to_string(static_cast<int64_t>(v));
+  if (std::isnan(v)) return "nan";
+  if (std::fabs(v) < 1e15 && v == std::floor(v)) return std::to_string(static_cast<int64_t>(v));  // no UB cast
   return std::to_string(v);
 }
 

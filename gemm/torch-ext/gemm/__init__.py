@@ -4,6 +4,7 @@
 
 a: (M, K) and b: (N, K), both float8_e4m3fnuz or both float8_e4m3fn, any strides;
 a_scale: (M, ceil(K/128)) float32; b_scale: (ceil(N/128), ceil(K/128)) float32; out: (M, N) bfloat16.
+Every scale argument may also be float8_e8m0fnu (UE8M0: 2^(code - 127)), converted exactly to float32.
 See README.md for the layout contract (challenge, DeepSeek/vLLM row-major, seed tutorial).
 
 For fine-grained FP8 models (transformers' FP8Linear, kernels-community's finegrained-fp8 surface):
@@ -115,7 +116,8 @@ def matmul_2d(
     the block-scaled GEMM in one op.
 
     A (..., K) bf16/fp16/fp32 (any strides); B (N, K) float8_e4m3fn or float8_e4m3fnuz (its dtype is the
-    activations' fp8 kind); Bs (ceil(N/128), ceil(K/128)) float32; block_size [128, 128];
+    activations' fp8 kind); Bs (ceil(N/128), ceil(K/128)) float32 or float8_e8m0fnu;
+    block_size [128, 128];
     output_dtype defaults to A.dtype (the GEMM produces bf16, converted when another dtype is asked);
     activation_scale as in fp8_act_quant. Returns (..., N).
     """
