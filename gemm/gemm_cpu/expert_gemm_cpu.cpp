@@ -55,16 +55,16 @@ GemmProblem dense(const ExpertGemmProblem& p, int64_t e, int64_t m, const uint8_
 }
 
 void sorted_offsets(const ExpertGemmProblem& p) {
-  int64_t start = 0, covered = 0;
+  // start = end(e - 1): the offsets clamped into a running maximum inside [0, s] (expert_gemm.h).
+  int64_t start = 0;
   for (int64_t e = 0; e < p.experts; ++e) {
     const int64_t end = std::min<int64_t>(std::max<int64_t>(p.offsets[e * p.offsets_stride], start), p.s);
     if (end > start)
       gemm(dense(p, e, end - start, p.a + start * p.a_stride_s, p.a_stride_s, p.a_scale + start * p.a_scale_stride_s,
                  p.a_scale_stride_s, p.a_scale_stride_kb, p.out + start * p.out_stride_s, p.out_stride_s));
-    covered = std::max(covered, end);
-    start = std::min<int64_t>(std::max<int64_t>(p.offsets[e * p.offsets_stride], 0), p.s);
+    start = end;
   }
-  for (int64_t row = covered; row < p.s; ++row) zero_row(p, row);
+  for (int64_t row = start; row < p.s; ++row) zero_row(p, row);
 }
 
 void per_row_ids(const ExpertGemmProblem& p) {

@@ -9,8 +9,9 @@
 // * kSortedOffsets (matmul_grouped): rows are sorted by expert and offsets[e * offsets_stride] is the
 //   inclusive row end of expert e, so expert e owns rows [offsets[e - 1], offsets[e]) (offsets[-1] = 0);
 //   rows at or past offsets[experts - 1] belong to no expert. Backends that cannot check the offsets
-//   without a host synchronisation clamp them (start = min(max(offsets[e - 1], 0), s), end = min(max(offsets[e],
-//   start), s)), so a bad value never reads or writes out of bounds.
+//   without a host synchronisation clamp them into a running maximum: expert e owns [end(e - 1), end(e)) with
+//   end(e) = min(max(offsets[e], end(e - 1)), s) and end(-1) = 0, so segments never overlap and a bad value
+//   never reads or writes out of bounds.
 #pragma once
 
 #include <cstdint>
