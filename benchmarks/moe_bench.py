@@ -9,9 +9,10 @@ The roofline of a shape is the larger of (expert weights and scales hit + activa
 copy bandwidth and FLOPs / our dense GEMM's throughput on a dense problem of the same size, both
 measured in the same run.
 
-finegrained-fp8 v4 runs from a checkout of its torch-ext package (kernels-community
-`finegrained-fp8/torch-ext/finegrained_fp8`, with a stand-in `_ops.py`) given by --v4; it is never part of
-this repository. DeepGEMM's grouped GEMM is not built here: the table says so.
+finegrained-fp8 v4 runs from a copy of its torch-ext package (huggingface/kernels-community
+`finegrained-fp8/torch-ext/finegrained_fp8`) given by --v4, kept outside git (e.g. `.cache/finegrained_fp8_v4`);
+the `_ops` module kernel-builder would generate for it is stood in for here. DeepGEMM's grouped GEMM is not built
+here: the table says so.
 
     python3 benchmarks/moe_bench.py --v4 .cache/finegrained_fp8_v4 --out benchmarks/out
     python3 benchmarks/moe_bench.py --render benchmarks/results/moe_h200.json
@@ -42,6 +43,16 @@ def geomean(xs):
 def load_v4(path):
     if not path:
         return None
+    import types
+
+    import torch
+
+    # kernel-builder generates the package's _ops.py; this package registers Triton ops only, so a stand-in
+    # with the generated module's two names does.
+    ops = types.ModuleType("finegrained_fp8_v4._ops")
+    ops.ops = torch.ops._finegrained_fp8_bench
+    ops.add_op_namespace_prefix = lambda name: f"_finegrained_fp8_bench::{name}"
+    sys.modules[ops.__name__] = ops
     init = os.path.join(path, "__init__.py")
     spec = importlib.util.spec_from_file_location("finegrained_fp8_v4", init, submodule_search_locations=[path])
     mod = importlib.util.module_from_spec(spec)

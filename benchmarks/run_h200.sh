@@ -15,6 +15,8 @@
 #   test=ARGS       pytest ARGS (default gemm/tests), log in pytest.log
 #   bench=ARGS      benchmarks/gemm_bench.py ARGS -> gemm_h200.{json,md,png,log}
 #   img2gray-bench  benchmarks/img2gray_bench.py -> img2gray_h200.{json,md,png}
+#   moe-bench=ARGS  benchmarks/moe_bench.py ARGS -> moe_<gpu>.{json,md}; needs finegrained-fp8 v4's torch-ext
+#                   package copied to .cache/finegrained_fp8_v4 (carried; never committed)
 #
 # The CUTLASS headers (build.toml: cutlass_4_4) travel with the call: carry .cache/cutlass-4.4.2, which
 # ci/setup.sh (python tools/kbuild fetch-cutlass gemm) fills, and .cache/device-wheels for publish-deps;
@@ -46,6 +48,12 @@ for arg in "$@"; do
       timeout 420 python3 -m pytest ${args:-gemm/tests} -q -p no:cacheprovider --maxfail=10 > "$OUT/pytest.log" 2>&1
       step "pytest rc=$?: $(tail -1 "$OUT/pytest.log")"
       grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -10 | cut -c1-300 ;;
+    moe-bench=*|moe-bench)
+      args="${arg#moe-bench}"; args="${args#=}"
+      timeout 540 python3 benchmarks/moe_bench.py --v4 .cache/finegrained_fp8_v4 --out "$OUT" ${args} \
+        > "$OUT/moe_bench_stdout.log" 2>&1
+      step "moe_bench rc=$?"
+      tail -4 "$OUT/moe_bench_stdout.log" | cut -c1-300 ;;
     img2gray-bench)
       timeout 300 python3 benchmarks/img2gray_bench.py --out "$OUT" > "$OUT/img2gray_bench_stdout.log" 2>&1
       step "img2gray_bench rc=$?"
