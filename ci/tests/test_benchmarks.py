@@ -67,3 +67,16 @@ def test_stream_read_compiles_for_sm90a(tmp_path, nvcc):
                              "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.stat().st_size > 0
+
+
+def test_moe_bench_renders_the_committed_results():
+    result = subprocess.run([sys.executable, str(BENCH / "moe_bench.py"), "--render",
+                             str(BENCH / "results" / "moe_h100.json")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    committed = (BENCH / "results" / "moe_h100.md").read_text()
+    assert result.stdout == committed, "benchmarks/results/moe_h100.md is not what moe_bench.py renders from the json"
+    data = json.loads((BENCH / "results" / "moe_h100.json").read_text())
+    rows = [line for line in committed.splitlines() if line.startswith("| ") and line.split(" | ")[2].isdigit()]
+    assert len(rows) == len(data["rows"]) > 0
+    # Every row says how each implementation fared: a time, a failed check (✗), an error or not run (–).
+    assert all(len(line.split(" | ")) == 14 for line in rows)
