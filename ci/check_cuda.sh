@@ -51,7 +51,7 @@ for f in "${srcs[@]}"; do
   ptx="$out/$b/$b.ptx"
   if [[ ! -s "$out/$b.o" ]]; then
     echo "FAIL $b: does not compile to an object (device or host pass):"
-    grep -E 'error|fatal' "$out/$b.log" | head -5
+    { grep -E 'error|fatal' "$out/$b.log" || tail -5 "$out/$b.log"; } | head -5
     status=1
     continue
   fi
