@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# CI (no GPU): compile every CUDA source of the sm90 GEMM backend to PTX for sm_90a with the same
-# flags kernel-builder uses, and check that each CUTLASS kernel variant really issues
-# warpgroup MMA (wgmma.mma_async) -- i.e. that nothing silently fell back to mma.sync/FFMA. The
-# hand-written kernels' PTX (tile and decode kernels) also goes through ptxas (sm_90a): it must not serialise the wgmmas
-# (warning C7514: a loop shape it cannot analyse makes it wait for each wgmma before the next) and
-# must not spill; so must the launcher's own kernels (gemm_cuda.cu: the preparation pass, whose
-# register caps come from its __launch_bounds__) and the activation quantization (act_quant_cuda.cu).
-# The sources are compiled as kernel-builder compiles them: from the staged Nix source set of gemm/
-# (only the files build.toml lists), with the [kernel.gemm_cuda] section's include roots, defines,
-# nvcc flags and C++ standard (tools/kbuild flags), against the CUTLASS release build.toml depends on
-# (the kbuild cache that ci/setup.sh fills, or $CUTLASS_INCLUDE_DIR).
+# CI (no GPU): compile every CUDA translation unit of gemm's [kernel.gemm_cuda] section to an object (`-c`:
+# nvcc's device pass and its host pass with the host compiler, g++ here) exactly as kernel-builder compiles
+# it: from the staged Nix source set of gemm/ (only the files build.toml lists), with the section's include
+# roots, defines, nvcc flags, C++ standard and -gencode list for this toolkit (tools/kbuild flags
+# --cuda-version), CUTLASS as a system include of the release build.toml depends on (the kbuild cache that
+# ci/setup.sh fills, or $CUTLASS_INCLUDE_DIR). Any unit that fails either pass fails the check.
+# From the same compile (nvcc --keep, -Xptxas -v): each CUTLASS kernel variant must really issue warpgroup
+# MMA (wgmma.mma_async) fed by TMA -- nothing silently fell back to mma.sync/FFMA -- and ptxas must neither
+# serialise the hand-written kernels' wgmmas (warning C7514: a loop shape it cannot analyse makes it wait for
+# each wgmma before the next) nor spill them, the launcher's own kernels (gemm_cuda.cu: the preparation pass)
+# or the activation quantization (act_quant_cuda.cu).
 # nvcc: $NVCC, else CUDA 13.0's nvcc from PyPI that ci/setup.sh installs (tools/kbuild install-nvcc),
-# else nvcc on PATH / in /usr/local/cuda.
+# else nvcc on PATH / in /usr/local/cuda. $JOBS compiles run at once (default: the number of cores).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 py="${PYTHON:-python3}"
@@ -21,30 +21,42 @@ if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
   echo "check_cuda: nvcc not found: run ci/setup.sh (installs CUDA 13.0's nvcc from PyPI) or set NVCC" >&2
   exit 1
 fi
+cuda_version="$("$nvcc" --version | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')"
+[[ -n "$cuda_version" ]] || { echo "check_cuda: cannot read the CUDA version of $nvcc" >&2; exit 1; }
 jobs="${JOBS:-$(nproc)}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 stage="$("${kbuild[@]}" stage "$root/gemm" --out "$out/stage")"
-mapfile -t flags < <("${kbuild[@]}" flags "$root/gemm" gemm_cuda --stage "$stage" --lang cuda)
+mapfile -t flags < <("${kbuild[@]}" flags "$root/gemm" gemm_cuda --stage "$stage" --lang cuda --cuda-version "$cuda_version")
 [[ ${#flags[@]} -gt 0 ]] || { echo "check_cuda: no flags from tools/kbuild" >&2; exit 1; }
-flags+=(-gencode=arch=compute_90a,code=sm_90a -ptx)
+gencode=$(printf '%s\n' "${flags[@]}" | grep -c '^-gencode=' || true)
+[[ "$gencode" -eq 1 ]] || { echo "check_cuda: expected one -gencode (sm_90a) from tools/kbuild, got $gencode" >&2; exit 1; }
+flags+=(-c -Xptxas -v)
 mapfile -t units < <("${kbuild[@]}" sources "$root/gemm" gemm_cuda)
 srcs=()
 for u in "${units[@]}"; do srcs+=("$stage/$u"); done
-echo "check_cuda: $("$nvcc" --version | tail -1); ${#srcs[@]} sources, $jobs jobs"
+echo "check_cuda: $("$nvcc" --version | tail -1), host compiler $(c++ --version | head -1); ${#srcs[@]} units, $jobs jobs"
+echo "check_cuda: flags: ${flags[*]}"
 start=$SECONDS
-# Every unit is compiled (a failing one does not stop the others); failures are reported below.
-printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} sh -c \
-  'f="{}"; b=$(basename "$f" .cu); "$0" "$@" "$f" -o "'"$out"'/$b.ptx" 2> "'"$out"'/$b.err" || rm -f "'"$out"'/$b.ptx"' \
+# Every unit is compiled (a failing one does not stop the others), the largest (CUTLASS) units first;
+# failures are reported below. --keep leaves the unit's PTX in its own folder.
+printf '%s\n' "${srcs[@]}" | awk '{ print (/sm90_cutlass/ ? 0 : 1) "\t" $0 }' | sort -s -k1,1 | cut -f2- |
+  xargs -P "$jobs" -I{} sh -c \
+  'f="{}"; b=$(basename "$f" .cu); mkdir -p "'"$out"'/$b"; t0=$(date +%s); "$0" "$@" "$f" -o "'"$out"'/$b.o" --keep --keep-dir "'"$out"'/$b" > "'"$out"'/$b.log" 2>&1 || rm -f "'"$out"'/$b.o"; echo "  compiled $b in $(( $(date +%s) - t0 )) s"' \
   "$nvcc" "${flags[@]}" || true
 echo "check_cuda: compiled in $((SECONDS - start)) s"
 status=0
 for f in "${srcs[@]}"; do
   b=$(basename "$f" .cu)
-  ptx="$out/$b.ptx"
+  ptx="$out/$b/$b.ptx"
+  if [[ ! -s "$out/$b.o" ]]; then
+    echo "FAIL $b: does not compile to an object (device or host pass):"
+    { grep -E 'error|fatal' "$out/$b.log" || tail -5 "$out/$b.log"; } | head -5
+    status=1
+    continue
+  fi
   if [[ ! -s "$ptx" ]]; then
-    echo "FAIL $b: does not compile:"
-    grep -E 'error' "$out/$b.err" | head -5
+    echo "FAIL $b: compiled, but nvcc --keep left no $b.ptx"
     status=1
     continue
   fi
@@ -62,23 +74,19 @@ for f in "${srcs[@]}"; do
       echo "FAIL $b: wgmma.mma_async $want = $n_want, cp.async.bulk.tensor = $n_tma"
       status=1
     else
-      echo "ok   $b: $n_wgmma wgmma.mma_async ($n_want $want), $n_tma cp.async.bulk.tensor"
+      echo "ok   $b: object; $n_wgmma wgmma.mma_async ($n_want $want), $n_tma cp.async.bulk.tensor"
     fi
   else
-    echo "ok   $b: compiled (launcher / preparation kernels)"
+    echo "ok   $b: object (launcher / preparation kernels)"
   fi
 done
-ptxas="$(dirname "$nvcc")/ptxas"
 hand=()
 for f in "${srcs[@]}"; do
-  case "$(basename "$f")" in sm90_tile*.cu|sm90_expert_tiles.cu|sm90_decode.cu|gemm_cuda.cu|expert_gemm_cuda.cu|act_quant_cuda.cu) [[ -s "$out/$(basename "$f" .cu).ptx" ]] && hand+=("$f") ;; esac
+  case "$(basename "$f")" in sm90_tile*.cu|sm90_expert_tiles.cu|sm90_decode.cu|gemm_cuda.cu|expert_gemm_cuda.cu|act_quant_cuda.cu) [[ -s "$out/$(basename "$f" .cu).o" ]] && hand+=("$f") ;; esac
 done
-printf '%s\n' "${hand[@]}" | xargs -P "$jobs" -I{} sh -c \
-  'b=$(basename "{}" .cu); "$0" -arch=sm_90a -v "'"$out"'/$b.ptx" -o "'"$out"'/$b.cubin" > "'"$out"'/$b.ptxas" 2>&1 || { echo "FAILED: ptxas $b"; cat "'"$out"'/$b.ptxas"; exit 255; }' \
-  "$ptxas"
 for f in "${hand[@]}"; do
   b=$(basename "$f" .cu)
-  log="$out/$b.ptxas"
+  log="$out/$b.log"
   n_serial=$(grep -c 'C7514' "$log" || true)
   n_spill=$(grep -E 'bytes spill (stores|loads)' "$log" | grep -vc ' 0 bytes spill stores, 0 bytes spill loads' || true)
   n_fn=$(grep -c 'Compiling entry function' "$log" || true)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine (or re-check an existing one) for everything the README runs:
-# system toolchains, Python packages, CUDA 13.0's nvcc and the CUTLASS headers kernel-builder uses
-# (both from PyPI, into .cache/), then the editable builds of every kernel.
+# system toolchains, Python packages, CUDA 13.0's and 13.2's nvcc, the `kernels` release of kernel-builder's
+# pinned API and the CUTLASS headers kernel-builder uses (all from PyPI, into .cache/), then the editable
+# builds of every kernel.
 # Idempotent: what is already there is not reinstalled, and a kernel whose sources, flags and toolchain
 # are unchanged since its last build is not rebuilt. Set SKIP_APT=1 to skip the Debian packages.
 set -euo pipefail
@@ -101,6 +102,8 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 step setup "Debian packages" apt_packages
 step setup "Python packages" python_packages
 step setup "nvcc (CUDA 13.0, PyPI)" $PYTHON tools/kbuild install-nvcc
+step setup "nvcc (CUDA 13.2, PyPI)" $PYTHON tools/kbuild install-nvcc --cuda 13.2
+step setup "kernels 0.16.0 (the kernels API at kernel-builder's pin, PyPI)" $PYTHON tools/kbuild install-pinned-kernels
 step setup "CUTLASS headers (build.toml depends)" $PYTHON tools/kbuild fetch-cutlass img2gray gemm
 for kernel in img2gray gemm; do
   [ -f "$kernel/setup.py" ] || continue

@@ -65,3 +65,33 @@ def test_sm90a_vector_loads_and_no_fma(sm90a_ptx):
     assert len(re.findall(r"ld\.global(\.nc)?\.v4\.u32", sm90a_ptx)) >= 3
     assert re.search(r"st\.global\.v4\.u32", sm90a_ptx)
     assert not re.search(r"\bfma\.rn\.f32", sm90a_ptx), "the formula was contracted to FMA"
+
+
+@pytest.mark.parametrize("cuda", ["13.0", "13.2"])
+def test_cuda_unit_compiles_to_an_object_for_kernel_builders_default_list(cuda, tmp_path, nvcc):
+    """[kernel.img2gray_cuda] declares no cuda-capabilities: kernel-builder compiles it for the toolkit's whole
+    default list, device and host pass (g++ here), and so does this compile, with tools/kbuild's flags."""
+    import os
+
+    from kbuild.rules import default_cuda_archs
+    from kbuild.toolchain import DEFAULT_CUDA, cached_nvcc
+
+    path = nvcc if cuda == DEFAULT_CUDA else cached_nvcc(cuda)
+    if not Path(path).is_file():
+        if os.environ.get("CI_REQUIRE_NVCC") == "1":
+            pytest.fail(f"CI_REQUIRE_NVCC=1 but CUDA {cuda}'s nvcc is not installed (ci/setup.sh installs it)")
+        pytest.skip(f"CUDA {cuda}'s nvcc not installed (tools/kbuild install-nvcc --cuda {cuda})")
+    stage = Path(_kbuild("stage", ROOT / "img2gray", "--out", tmp_path / "stage").strip())
+    flags = _kbuild("flags", ROOT / "img2gray", "img2gray_cuda", "--stage", stage, "--lang", "cuda",
+                    "--cuda-version", cuda).split()
+    archs = default_cuda_archs(cuda)
+    assert archs[-1] == "12.1+PTX" and "7.5" in archs and "10.0" in archs
+    gencode = [f for f in flags if f.startswith("-gencode=")]
+    want = {f"-gencode=arch=compute_{a.removesuffix('+PTX').replace('.', '')},code=sm_{a.removesuffix('+PTX').replace('.', '')}"
+            for a in archs} | {"-gencode=arch=compute_121,code=compute_121"}
+    assert set(gencode) == want, gencode
+    obj = tmp_path / "img2gray.o"
+    result = subprocess.run([str(path), *flags, "-c", str(stage / "csrc" / "img2gray_cuda" / "img2gray.cu"),
+                             "-o", str(obj)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert obj.stat().st_size > 0

@@ -5,7 +5,9 @@ its sources assert, at compile time, kernel-builder's include roots (csrc/ + the
 the includer's folder; neither the kernel dir nor the staged root), its defines and its C++ standard. Broken
 copies of it must fail before compiling, with a message naming the file and the build.toml section: a header
 used but not listed, a listed file that does not exist, an include that resolves only from the repository
-root or only from the kernel dir, an include found only through another section's include list.
+root or only from the kernel dir, an include found only through another section's include list (the binding's,
+or a kernel source's through another kernel section's): kernel-builder gives each source the include roots of
+its own section only.
 """
 
 import json
@@ -51,6 +53,18 @@ src = [
 ]
 """
 
+# A second CPU section with its own include root (the source set and include check see both sections).
+TOY_EXTRA_SECTION = """
+[kernel.toy_extra]
+backend = "cpu"
+depends = ["torch"]
+include = ["extra_inc"]
+src = [
+  "csrc/toy_extra/extra.cpp",
+  "extra_inc/toy_extra.h",
+]
+"""
+
 FILES = {
     "torch-ext/torch_binding.cpp": """\
         #include <torch/library.h>
@@ -60,6 +74,10 @@ FILES = {
         // not roots: the kernel dir (staged root), and files build.toml does not list
         #if __has_include("csrc/toy_cpu/toy.h") || __has_include("toy_cpu/unlisted.h")
         #error "the staged root is an include root, or an unlisted file was copied"
+        #endif
+        // nor [kernel.toy_cpu]'s include list: each source gets its own section's roots
+        #if __has_include("toy_common.h")
+        #error "another section's include root reached the binding"
         #endif
         #if !defined(CPU_KERNEL) || defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
         #error "a CPU build defines CPU_KERNEL only"
@@ -172,6 +190,13 @@ BROKEN = {
         {"torch-ext/torch_binding.cpp": '#include "toy_common.h"\n' + textwrap.dedent(
             FILES["torch-ext/torch_binding.cpp"])},
         ["[torch]", '#include "toy_common.h"', "[kernel.toy_cpu]", "include/toy_common.h"]),
+    "kernel source whose header only another kernel section's include list reaches": (
+        {"build.toml": BUILD_TOML.format(cplusplus=EXPECTED_CPLUSPLUS) + TOY_EXTRA_SECTION,
+         "extra_inc/toy_extra.h": "#pragma once\nconstexpr int kExtra = 1;\n",
+         "csrc/toy_extra/extra.cpp": '#include "toy_extra.h"\nint toy_extra() { return kExtra; }\n',
+         "csrc/toy_cpu/toy.cpp": '#include "toy_extra.h"\n' + textwrap.dedent(FILES["csrc/toy_cpu/toy.cpp"])},
+        ["[kernel.toy_cpu]", "csrc/toy_cpu/toy.cpp", '#include "toy_extra.h"', "[kernel.toy_extra]",
+         "extra_inc/toy_extra.h", "include list of [kernel.toy_cpu]"]),
 }
 
 

@@ -1,6 +1,6 @@
 """The toolchains CI compiles with are the ones kernel-builder uses, installed by ci/setup.sh:
 CUTLASS exactly at the release gemm's build.toml depends on (headers of another version are refused),
-CUDA 13.0's nvcc from PyPI."""
+CUDA 13.0's and 13.2's nvcc from PyPI, each compiling a section for the capabilities kernel-builder would."""
 
 import os
 import subprocess
@@ -68,17 +68,42 @@ def test_cached_cutlass_is_the_release_tag_byte_for_byte():
     assert cutlass.header_version(include) == "4.4.2"
 
 
-def test_nvcc_is_cuda_13_0_from_pypi():
-    from kbuild.toolchain import NVCC_VERSION, cached_nvcc, find_nvcc
+@pytest.mark.parametrize("cuda", ["13.0", "13.2"])
+def test_nvcc_is_the_cuda_release_from_pypi(cuda):
+    from kbuild.toolchain import CUDA_TOOLKITS, DEFAULT_CUDA, cached_nvcc, find_nvcc
 
-    if not cached_nvcc().is_file():
+    nvcc_version = CUDA_TOOLKITS[cuda][0]
+    if not cached_nvcc(cuda).is_file():
         if os.environ.get("CI_REQUIRE_NVCC") == "1":
-            pytest.fail("CI_REQUIRE_NVCC=1 but ci/setup.sh did not install nvcc into the kbuild cache")
-        pytest.skip("nvcc not installed (ci/setup.sh runs tools/kbuild install-nvcc)")
-    if "NVCC" not in os.environ:
+            pytest.fail(f"CI_REQUIRE_NVCC=1 but ci/setup.sh did not install CUDA {cuda}'s nvcc into the kbuild cache")
+        pytest.skip(f"nvcc not installed (ci/setup.sh runs tools/kbuild install-nvcc --cuda {cuda})")
+    if "NVCC" not in os.environ and cuda == DEFAULT_CUDA:
         assert find_nvcc() == str(cached_nvcc())  # CI compiles with the one it installed
-    version = subprocess.run([str(cached_nvcc()), "--version"], capture_output=True, text=True, check=True).stdout
-    assert f"V{NVCC_VERSION}" in version and NVCC_VERSION.startswith("13.0.")
-    include = cached_nvcc().parent.parent / "include"
+    version = subprocess.run([str(cached_nvcc(cuda)), "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    assert f"V{nvcc_version}" in version and nvcc_version.startswith(cuda + ".")
+    include = cached_nvcc(cuda).parent.parent / "include"
     for header in ("cuda_runtime.h", "cuda.h", "cudaTypedefs.h", "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h"):
         assert (include / header).is_file(), header
+
+
+def test_cuda_capabilities_follow_kernel_builders_intersection():
+    """cuda_archs_loose_intersection of the pinned templates, and the default lists by toolkit."""
+    from kbuild.rules import cuda_archs_loose_intersection, default_cuda_archs, section_cuda_archs
+
+    assert default_cuda_archs("13.0") == default_cuda_archs("13.2") == [
+        "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1+PTX"]
+    assert default_cuda_archs("12.6") == ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX"]
+    assert default_cuda_archs("12.8")[-1] == "12.0+PTX"
+    # gemm: 9.0a is kept wherever 9.0 is a target, which every toolkit of the pinned matrix has.
+    for cuda in ("12.6", "13.0", "13.2"):
+        assert section_cuda_archs(["9.0a"], cuda) == ["9.0a"]
+    # img2gray (none declared): the toolkit's whole default list.
+    assert section_cuda_archs([], "12.6") == default_cuda_archs("12.6")
+    targets = ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]
+    assert cuda_archs_loose_intersection(["8.0", "9.0"], targets) == ["8.0", "9.0"]  # 8.6, 8.9 run 8.0's SASS
+    assert cuda_archs_loose_intersection(["8.0", "9.0+PTX"], targets) == ["8.0", "9.0+PTX"]
+    assert cuda_archs_loose_intersection(["7.0"], ["7.5", "8.0"]) == ["7.0"]
+    assert cuda_archs_loose_intersection(["10.0a"], targets) == ["10.0a"]
+    with pytest.raises(ValueError, match="nothing after the intersection"):
+        section_cuda_archs(["10.0a"], "12.6")

@@ -61,25 +61,41 @@ struct ManualBlockwiseMainloop {
       cute::identity>;
 };
 
+// The bf16 TMA epilogue of the cooperative 128x128x128 kernels: D = alpha * acc (no C operand; alpha is 1,
+// or 1/4 for converted e4m3fnuz inputs). Built outside any template and handed to CutlassCoop128x128 as a
+// template argument: nvcc's front end spells an alias by its full builder expansion in the host code, and
+// inside a template g++ 12 rejects that spelling (dependent names without `typename`).
+namespace coop128x128 {
+using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+using ElementD = cutlass::bfloat16_t;
+using LayoutD = cutlass::layout::RowMajor;
+constexpr int kAlignD = 8;  // bf16 elements in 16 bytes (TMA store)
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using FusionOp = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
+using CollectiveEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
+    EpilogueSchedule, FusionOp>::CollectiveOp;
+}  // namespace coop128x128
+
 // The cooperative 128x128x128 kernel with CUTLASS's stream-K scheduler (data-parallel, split-K or
 // stream-K per call). Fp16Operands: the "exact accumulation" path (operands converted to fp16 by the
 // launcher).
-template <bool Fp16Operands>
+template <bool Fp16Operands, class Epilogue>
 struct CutlassCoop128x128 {
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using TileShape = coop128x128::TileShape;
+  using ClusterShape = coop128x128::ClusterShape;
 
   using ElementA = std::conditional_t<Fp16Operands, cutlass::half_t, cutlass::float_e4m3_t>;
   using ElementB = ElementA;
-  using ElementD = cutlass::bfloat16_t;
+  using ElementD = coop128x128::ElementD;
   using ElementAcc = float;
 
   // Both operands K-major: A (m, k) row-major, B (n, k) is CUTLASS's column-major K x N.
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = cutlass::layout::ColumnMajor;
-  using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignAB = 16 / static_cast<int>(sizeof(ElementA));  // elements in 16 bytes (TMA)
-  static constexpr int kAlignD = 8;    // bf16 elements in 16 bytes (TMA store)
 
   // A scales per row (granularity 1, MN-major: contiguous along M, loaded by TMA), B scales per
   // 128x128 block (K-major, one float per K tile loaded by cp.async).
@@ -89,16 +105,8 @@ struct CutlassCoop128x128 {
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using TileScheduler = cutlass::gemm::StreamKScheduler;
-
-  // D = alpha * acc (no C operand). alpha is 1, or 1/4 for converted e4m3fnuz inputs.
-  using FusionOp = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float, void, LayoutD, kAlignD, ElementD, LayoutD,
-      kAlignD, EpilogueSchedule, FusionOp>::CollectiveOp;
+  using CollectiveEpilogue = Epilogue;
 
   static constexpr int kEpilogueSmem = static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage));
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -197,7 +205,7 @@ struct CutlassCoop128x128 {
 
 #define FP8GEMM_SM90_CUTLASS_KERNEL(name, fp16_operands)                                              \
   namespace fp8gemm::cuda::sm90 {                                                                    \
-  using name##_type = CutlassCoop128x128<fp16_operands>;                                              \
+  using name##_type = CutlassCoop128x128<fp16_operands, coop128x128::CollectiveEpilogue>;            \
   size_t name##_workspace_bytes(const KernelArgs& a) { return name##_type::workspace_bytes(a); }      \
   size_t name##_zeroed_bytes(const KernelArgs&) { return 0; }                                         \
   bool name##_can_implement(const KernelArgs& a) { return name##_type::can_implement(a); }            \

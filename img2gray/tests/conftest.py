@@ -1,3 +1,4 @@
+import inspect
 import os
 import re
 import sys
@@ -30,7 +31,12 @@ def _bind_local_build():
         return None
     from kernels import get_kernel
 
-    sys.modules["img2gray"] = get_kernel(repo_id, version=general["version"], check_arch=False)
+    kwargs = {}
+    # `check_arch` exists from kernels 0.16.1 on; the releases before it (kernel-builder's pinned test
+    # environment among them) check no arch at all.
+    if "check_arch" in inspect.signature(get_kernel).parameters:
+        kwargs["check_arch"] = False
+    sys.modules["img2gray"] = get_kernel(repo_id, version=general["version"], **kwargs)
     return f"img2gray: {sys.modules['img2gray'].__file__} (LOCAL_KERNELS {repo_id}={overrides[repo_id]})"
 
 

@@ -8,13 +8,15 @@
   wheel      build a variant and package it as an installable wheel (dist/ by default)
   ci-test    what kernels-community's CI runs (`nix run .#ci-test`): build the variant, then
              `pytest tests -m kernels_ci` on the staged sources with the variant on PYTHONPATH and LOCAL_KERNELS
-             (arguments after `--` go to pytest)
+             (arguments after `--` go to pytest); once with the installed `kernels`, once with the
+             `kernels` API of kernel-builder's pin (--kernels-api picks one)
   stage      copy the kernel's Nix source set into a folder and check every include under kernel-builder's rules
   flags      compile flags of one build.toml section under kernel-builder's rules (one per line, for scripts)
   sources    the compiled sources of one build.toml section (one per line)
   up-to-date exit 0 when the editable install is built from the current sources and toolchain
   fetch-cutlass  put the CUTLASS release the kernel's build.toml depends on into the kbuild cache
-  install-nvcc   put CUDA 13.0's nvcc (PyPI wheels) into the kbuild cache and print its path
+  install-nvcc   put CUDA 13.0's nvcc (PyPI wheels; --cuda 13.2 for another) into the kbuild cache, print its path
+  install-pinned-kernels  put the `kernels` release of kernel-builder's pinned API into the kbuild cache
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def cmd_stage(args) -> int:
 def cmd_flags(args) -> int:
     from kbuild.cutlass import locate, required_version
     from kbuild.config import load_config
-    from kbuild.rules import (RELEASE_FLAGS, cxx_standard, define_flags, defines_for, include_roots,
-                              installed_torch_version, nvcc_common_flags, section_of)
+    from kbuild.rules import (RELEASE_FLAGS, cuda_arch_flags, cxx_standard, define_flags, defines_for, include_roots,
+                              installed_torch_version, nvcc_common_flags, section_cuda_archs, section_of)
 
     cfg = load_config(args.kernel_dir)
     section = section_of(cfg, args.section)
@@ -128,10 +130,12 @@ def cmd_flags(args) -> int:
         flags += list(section.hip_flags) if section is not None else []
     else:
         flags += list(cfg.torch_cxx_flags) if section is None else list(section.cxx_flags)
-    flags += [f"-I{p}" for p in include_roots(Path(args.stage).resolve(), includes) if p.is_dir()]
+    flags += [f"-I{p}" for p in include_roots(Path(args.stage).resolve(), includes)]
     version = required_version(section.depends) if section is not None and backend == "cuda" else None
     if version:
-        flags.append(f"-I{locate(version)}")
+        flags += ["-isystem", str(locate(version))]
+    if args.cuda_version and args.lang == "cuda" and section is not None:
+        flags += cuda_arch_flags(section_cuda_archs(section.cuda_capabilities, args.cuda_version))
     print("\n".join(flags))
     return 0
 
@@ -169,15 +173,26 @@ def cmd_fetch_cutlass(args) -> int:
 def cmd_install_nvcc(args) -> int:
     from kbuild.toolchain import install_cuda
 
-    print(install_cuda(log=lambda m: print(f"kbuild: {m}", file=sys.stderr)))
+    for cuda in args.cuda:
+        print(install_cuda(log=lambda m: print(f"kbuild: {m}", file=sys.stderr), cuda=cuda))
     return 0
 
 
 def cmd_ci_test(args) -> int:
     from kbuild.citest import run_ci_test
 
+    from kbuild.citest import KERNELS_APIS
+
+    apis = KERNELS_APIS if args.kernels_api == "both" else (args.kernels_api,)
     return run_ci_test(args.kernel_dir, backend=args.backend, pytest_args=args.pytest_args,
-                       require_tests=args.require_tests)
+                       require_tests=args.require_tests, apis=apis)
+
+
+def cmd_install_pinned_kernels(args) -> int:
+    from kbuild.citest import install_pinned_kernels
+
+    print(install_pinned_kernels(log=lambda m: print(f"kbuild: {m}", file=sys.stderr)))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -216,6 +231,9 @@ def main(argv=None) -> int:
     p.add_argument("kernel_dir")
     p.add_argument("--backend", choices=BACKENDS)
     p.add_argument("--require-tests", action="store_true", help="fail when no test is marked kernels_ci")
+    p.add_argument("--kernels-api", choices=("both", "current", "pinned"), default="both",
+                   help="run with the installed kernels, the pinned revision's API (PyPI release in the kbuild "
+                        "cache), or both (default)")
     p.set_defaults(func=cmd_ci_test, pytest_args=[])
 
     p = sub.add_parser("stage", help="stage the Nix source set and check its includes")
@@ -230,6 +248,8 @@ def main(argv=None) -> int:
     p.add_argument("--lang", choices=("cxx", "cuda", "hip"), default="cxx")
     p.add_argument("--backend", choices=BACKENDS, help="for the torch section: the backend it is built for")
     p.add_argument("--ops", help="TORCH_EXTENSION_NAME (default _<pkg>_<backend>_check)")
+    p.add_argument("--cuda-version", help="with --lang cuda: also the -gencode flags kernel-builder uses with this "
+                   "CUDA toolkit (the section's cuda-capabilities intersected with the toolkit's, or its default list)")
     p.set_defaults(func=cmd_flags)
 
     p = sub.add_parser("sources", help="the compiled sources of one build.toml section, one per line")
@@ -245,7 +265,11 @@ def main(argv=None) -> int:
     p.add_argument("kernel_dir", nargs="+")
     p.set_defaults(func=cmd_fetch_cutlass)
 
+    p = sub.add_parser("install-pinned-kernels", help="cache the kernels release of kernel-builder's pinned API")
+    p.set_defaults(func=cmd_install_pinned_kernels)
+
     p = sub.add_parser("install-nvcc", help="cache CUDA 13.0's nvcc from PyPI and print its path")
+    p.add_argument("--cuda", nargs="+", default=["13.0"], help="CUDA releases (13.0, 13.2; default 13.0)")
     p.set_defaults(func=cmd_install_nvcc)
 
     argv = list(sys.argv[1:] if argv is None else argv)

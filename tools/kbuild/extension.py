@@ -14,8 +14,10 @@ the current directory would otherwise produce, so ``import <pkg>`` works from ev
 
 On a GPU backend the CPU sections are compiled into the same library too (``KBUILD_WITH_CPU=0`` turns that
 off), so one editable install serves CPU and GPU tensors; build variants stay one backend each, as
-kernel-builder builds them. All sources of one library share one include path (the union of their
-sections' roots); :func:`kbuild.stage.check_includes` first checks each source against its own section's.
+kernel-builder builds them. Each source is compiled with the include roots of its own section only (csrc/ +
+that section's ``include`` list), as kernel-builder's per-source ``INCLUDE_DIRECTORIES``: sources whose
+sections have different lists are compiled in separate batches; :func:`kbuild.stage.check_includes` checks
+each source against those roots before anything is compiled.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from .backend import detect_backend
 from .config import KernelConfig, KernelSection, load_config
 from .generate import ops_name as make_ops_name
 from .generate import write_ops_py
-from .rules import BACKEND_DEFINES, RELEASE_FLAGS, cxx_standard, nvcc_common_flags
+from .rules import (BACKEND_DEFINES, RELEASE_FLAGS, cuda_arch_flags, cxx_standard, include_roots,  # noqa: F401
+                    nvcc_common_flags, section_cuda_archs)
 from .stage import GENERATED_FILES, stage_and_check
 
 # The stable CPython ABI (`<ops_name>.abi3.so`), defined as kernel-builder's CMake does (`USE_SABI 3`);
@@ -46,18 +49,6 @@ DEV_FLAVOR = "dev"
 
 def stage_dir(cfg: KernelConfig) -> Path:
     return cfg.root / "_build" / "stage"
-
-
-def cuda_arch_flags(capabilities: list[str]) -> list[str]:
-    """``9.0a`` → ``-gencode=arch=compute_90a,code=sm_90a``; ``X.Y+PTX`` also embeds PTX."""
-    flags = []
-    for cap in capabilities:
-        ptx = cap.endswith("+PTX")
-        num = cap.removesuffix("+PTX").replace(".", "")
-        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
-        if ptx:
-            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
-    return flags
 
 
 def sections_to_build(cfg: KernelConfig, backend: str, with_cpu: bool | None = None) -> list[KernelSection]:
@@ -96,7 +87,8 @@ class CompilePlan:
     stage: Path
     sections: list[KernelSection]
     sources: list[str]  # relative to cfg.root (inside the stage, or kbuild's own extra sources)
-    include_dirs: list[str]
+    include_dirs: list[str]  # the union of every section's roots
+    source_includes: dict[str, list[str]]  # each source's own roots (its section's)
     define_macros: list[tuple[str, str | None]]
     cxx_flags: list[str]
     gpu_flags: list[str]
@@ -126,7 +118,8 @@ class CompilePlan:
         for rel in self.sources:
             if not rel.startswith(self.stage.relative_to(cfg.root).as_posix()):
                 h.update(rel.encode() + b"\0" + (cfg.root / rel).read_bytes() + b"\0")
-        plan = {"backend": self.backend, "ops": self.ops_name, "sources": self.sources, "include": self.include_dirs,
+        plan = {"backend": self.backend, "ops": self.ops_name, "sources": self.sources,
+                "include": [self.source_includes.get(src, self.include_dirs) for src in self.sources],
                 "defines": self.define_macros, "cxx": self.cxx_flags, "gpu": self.gpu_flags,
                 "cutlass": self.cutlass, "toolchain": self.toolchain()}
         h.update(json.dumps(plan, sort_keys=True).encode())
@@ -139,15 +132,16 @@ def plan_build(
     ops_name: str,
     *,
     with_cpu: bool | None = None,
-    default_cuda_capabilities: list[str] | None = None,
     default_rocm_archs: list[str] | None = None,
     extra_sources: list[str] | None = None,
     torch_version: str | None = None,
 ) -> CompilePlan:
     """Sources, include roots, defines and flags of the library (sources relative to cfg.root, in the stage).
 
-    ``default_cuda_capabilities`` / ``default_rocm_archs`` apply when no section lists its own (build variants
-    pass kernel-builder's defaults; the editable build leaves them None, so torch targets the local GPU).
+    A CUDA section is compiled for its ``cuda-capabilities`` intersected with torch's CUDA toolkit, or for
+    kernel-builder's default list of that toolkit (``KBUILD_CUDA_ARCHS`` replaces it), in the editable build
+    and in variants alike. ``default_rocm_archs`` applies when no ROCm section lists its own (build variants
+    pass kernel-builder's defaults; the editable build leaves it None, so torch targets the local GPU).
     """
     if torch_version is None:
         from .rules import installed_torch_version
@@ -159,23 +153,27 @@ def plan_build(
     sections = sections_to_build(cfg, backend, with_cpu)
     compiled_backends = sorted({s.backend for s in sections} | {backend})
 
-    sources = [f"{stage_rel}/{s}" for s in cfg.torch_compiled_sources]
-    for s in sections:
-        sources += [f"{stage_rel}/{src}" for src in s.compiled_sources]
-    sources += list(extra_sources or [])
+    # Include roots inside the stage (absolute: the compiler may run from setuptools' temp dir): csrc/ (whether
+    # it exists or not, as in kernel-builder) and the source's own section's `include` list. Never the kernel
+    # dir or the stage root itself.
+    def roots(includes) -> list[str]:
+        return [str(p) for p in include_roots(stage, includes)]
 
-    # Include roots inside the stage (absolute: the compiler may run from setuptools' temp dir). Never the
-    # kernel dir or the stage root itself.
-    include_dirs = [str(stage / "csrc")] if (cfg.root / "csrc").is_dir() else []
-    for inc in list(cfg.torch_include) + [i for s in sections for i in s.include]:
-        if str(stage / inc) not in include_dirs:
-            include_dirs.append(str(stage / inc))
+    source_includes = {f"{stage_rel}/{src}": roots(cfg.torch_include) for src in cfg.torch_compiled_sources}
+    for s in sections:
+        source_includes.update({f"{stage_rel}/{src}": roots(s.include) for src in s.compiled_sources})
+    sources = list(source_includes)
+    for src in extra_sources or []:
+        source_includes[src] = roots(())
+        sources.append(src)
+    include_dirs = list(dict.fromkeys(d for dirs in source_includes.values() for d in dirs))
     cutlass = None
+    system_includes: list[str] = []
     version = cutlass_mod.required_version([d for s in sections if s.backend == "cuda" for d in s.depends])
     if version and backend == "cuda":
         path = cutlass_mod.locate(version)
         cutlass = (version, str(path))
-        include_dirs.append(str(path))
+        system_includes = ["-isystem", str(path)]  # as Nix's compiler wrapper passes a build input's headers
 
     define_macros = [PY_LIMITED_API]
     for b in compiled_backends:
@@ -184,10 +182,14 @@ def plan_build(
     cxx = [f"-std={std}", *RELEASE_FLAGS]
     if _is_gcc(host_compiler()):
         cxx.append("-fno-gnu-unique")
-    cxx += list(cfg.torch_cxx_flags) + [f for s in sections for f in s.cxx_flags]
-    gpu: list[str] = [f"-std={std}", *RELEASE_FLAGS]
+    cxx += list(cfg.torch_cxx_flags) + [f for s in sections for f in s.cxx_flags] + system_includes
+    gpu: list[str] = [f"-std={std}", *RELEASE_FLAGS, *system_includes]
     if backend == "cuda":
-        caps = [c for s in sections for c in s.cuda_capabilities] or list(default_cuda_capabilities or [])
+        import torch
+
+        env = [a for a in os.environ.get("KBUILD_CUDA_ARCHS", "").split(";") if a]
+        caps = [c for s in sections if s.backend == "cuda"
+                for c in section_cuda_archs(s.cuda_capabilities, torch.version.cuda, default=env or None)]
         gpu += cuda_arch_flags(list(dict.fromkeys(caps)))
         gpu += [f for s in sections for f in s.cuda_flags]
     elif backend == "rocm":
@@ -195,7 +197,8 @@ def plan_build(
         gpu += [f"--offload-arch={a}" for a in dict.fromkeys(archs)]
         gpu += [f for s in sections for f in s.hip_flags]
 
-    return CompilePlan(cfg, backend, ops_name, stage, sections, sources, include_dirs, define_macros, cxx, gpu, cutlass)
+    return CompilePlan(cfg, backend, ops_name, stage, sections, sources, include_dirs, source_includes, define_macros,
+                       cxx, gpu, cutlass)
 
 
 def make_extension(plan: CompilePlan):
@@ -215,13 +218,42 @@ def make_extension(plan: CompilePlan):
                                        **kwargs)
 
 
-def build_extension_class(stamp_path: Path | None = None, stamp: str | None = None, build_temp: Path | None = None):
+def build_extension_class(stamp_path: Path | None = None, stamp: str | None = None, build_temp: Path | None = None,
+                          source_includes: dict[str, list[str]] | None = None):
     """torch's BuildExtension, adjusted to kernel-builder's flags; writes ``stamp`` to ``stamp_path`` once
     the library is built. ``build_temp`` keeps the objects (and ninja's state) between builds: pip's
-    editable builds would otherwise compile in a fresh temp dir every time."""
+    editable builds would otherwise compile in a fresh temp dir every time. ``source_includes`` (a
+    :class:`CompilePlan`'s) gives each source its own section's include roots in place of the extension's
+    union of them: sources are compiled in one batch per distinct list (each batch in its own folder)."""
     from torch.utils import cpp_extension
 
     class KernelBuilderBuildExtension(cpp_extension.BuildExtension):
+        def build_extension(self, ext):
+            batches: dict[tuple[str, ...], list[str]] = {}
+            for src in ext.sources:
+                batches.setdefault(tuple((source_includes or {}).get(src, ())), []).append(src)
+            if len(batches) <= 1:
+                return super().build_extension(ext)
+            union = {d for dirs in batches for d in dirs}
+            compile_all = self.compiler.compile
+
+            def compile_by_section(sources, output_dir=None, macros=None, include_dirs=None, *args, **kwargs):
+                # torch's own include dirs stay; the kernel's roots become those of each batch's section.
+                common = [d for d in include_dirs or [] if d not in union]
+                objects = []
+                for i, (dirs, batch) in enumerate(batches.items()):
+                    wanted = [src for src in sources if src in batch]
+                    if wanted:
+                        objects += compile_all(wanted, os.path.join(output_dir or ".", f"includes{i}"), macros,
+                                               list(dirs) + common, *args, **kwargs)
+                return objects
+
+            self.compiler.compile = compile_by_section
+            try:
+                return super().build_extension(ext)
+            finally:
+                self.compiler.compile = compile_all
+
         def _add_compile_flag(self, extension, flag):
             # torch's extension-only define and its own Py_LIMITED_API value: kernel-builder sets neither.
             if flag != "-DTORCH_API_INCLUDE_EXTENSION_H" and not flag.startswith("-DPy_LIMITED_API="):
@@ -331,7 +363,7 @@ def setup_kernel(kernel_dir, **setup_kwargs):
         package_dir={"": "torch-ext"},
         ext_modules=[make_extension(plan)],
         cmdclass={"build_ext": build_extension_class(editable_stamp_path(cfg), plan.stamp(),
-                                                     cfg.root / "_build" / "editable")},
+                                                     cfg.root / "_build" / "editable", plan.source_includes)},
         options={"build": {"build_base": "_build"}, "bdist_wheel": {"py_limited_api": "cp39"}},
         python_requires=">=3.9",
         **setup_kwargs,

@@ -1,9 +1,11 @@
 """Compilers the repository's compile checks use, installed from PyPI into the kbuild cache.
 
-nvcc for the sm_90a checks is CUDA 13.0 (the H200 runs torch's cu130 build): NVIDIA's ``nvidia-cuda-*``
-wheels carry nvcc, ptxas, cicc (nvvm), the CUDA runtime and driver API headers (``cuda_runtime.h``,
-``cuda.h``, ``cudaTypedefs.h``, ``cuda_fp16.h``, ...) and CCCL. ``pip install --target`` puts them in
-``<cache>/cuda-<nvcc version>/``; ``nvidia/cu13/bin/nvcc`` there finds everything relative to itself.
+nvcc for the sm_90a checks: CUDA 13.0 (the H200 runs torch's cu130 build; :data:`NVCC_VERSION`) and CUDA 13.2,
+the toolkits of kernel-builder's CUDA 13.x variants. NVIDIA's ``nvidia-cuda-*`` wheels carry nvcc, ptxas,
+cicc (nvvm), the CUDA runtime and driver API headers (``cuda_runtime.h``, ``cuda.h``, ``cudaTypedefs.h``,
+``cuda_fp16.h``, ...) and CCCL. ``pip install --target`` puts them in ``<cache>/cuda-<nvcc version>/``;
+``nvidia/cu13/bin/nvcc`` there finds everything relative to itself. CUDA 12.x has no nvcc on PyPI: its
+``nvidia-cuda-nvcc-cu12`` wheels (12.6.20 to 12.9.86) hold ptxas, the crt headers and libnvvm only.
 """
 
 from __future__ import annotations
@@ -16,41 +18,55 @@ from pathlib import Path
 
 from .cutlass import cache_dir
 
-NVCC_VERSION = "13.0.88"
-CUDA_WHEELS = (
-    f"nvidia-cuda-nvcc=={NVCC_VERSION}",  # nvcc, ptxas, fatbinary, nvlink
-    f"nvidia-cuda-crt=={NVCC_VERSION}",  # crt/ headers nvcc's front end needs
-    f"nvidia-nvvm=={NVCC_VERSION}",  # cicc, libnvvm, libdevice
-    "nvidia-cuda-runtime==13.0.96",  # cuda_runtime.h, cuda.h, cudaTypedefs.h, cuda_fp16.h, ...
-    "nvidia-cuda-cccl==13.0.85",  # cub, thrust, libcu++ (include/cccl)
-)
+# CUDA release -> (nvcc version, the wheels that make a toolkit nvcc compiles with).
+CUDA_TOOLKITS = {
+    "13.0": ("13.0.88", (
+        "nvidia-cuda-nvcc==13.0.88",  # nvcc, ptxas, fatbinary, nvlink
+        "nvidia-cuda-crt==13.0.88",  # crt/ headers nvcc's front end needs
+        "nvidia-nvvm==13.0.88",  # cicc, libnvvm, libdevice
+        "nvidia-cuda-runtime==13.0.96",  # cuda_runtime.h, cuda.h, cudaTypedefs.h, cuda_fp16.h, ...
+        "nvidia-cuda-cccl==13.0.85",  # cub, thrust, libcu++ (include/cccl)
+    )),
+    "13.2": ("13.2.86", (
+        "nvidia-cuda-nvcc==13.2.86",
+        "nvidia-cuda-crt==13.2.86",
+        "nvidia-nvvm==13.2.86",
+        "nvidia-cuda-runtime==13.2.86",
+        "nvidia-cuda-cccl==13.2.86",
+    )),
+}
+DEFAULT_CUDA = "13.0"
+NVCC_VERSION, CUDA_WHEELS = CUDA_TOOLKITS[DEFAULT_CUDA]
 
 
-def cuda_root() -> Path:
-    return cache_dir() / f"cuda-{NVCC_VERSION}"
+def cuda_root(cuda: str = DEFAULT_CUDA) -> Path:
+    return cache_dir() / f"cuda-{CUDA_TOOLKITS[cuda][0]}"
 
 
-def cached_nvcc() -> Path:
-    return cuda_root() / "nvidia" / "cu13" / "bin" / "nvcc"
+def cached_nvcc(cuda: str = DEFAULT_CUDA) -> Path:
+    return cuda_root(cuda) / "nvidia" / "cu13" / "bin" / "nvcc"
 
 
-def install_cuda(log=print) -> Path:
-    """Install the pinned CUDA compiler wheels into the cache (nothing if already there); returns nvcc."""
-    root = cuda_root()
+def install_cuda(log=print, cuda: str = DEFAULT_CUDA) -> Path:
+    """Install one CUDA release's compiler wheels into the cache (nothing if already there); returns nvcc."""
+    if cuda not in CUDA_TOOLKITS:
+        raise ValueError(f"no PyPI nvcc for CUDA {cuda}: kbuild installs {', '.join(CUDA_TOOLKITS)}")
+    version, wheels = CUDA_TOOLKITS[cuda]
+    root, nvcc = cuda_root(cuda), cached_nvcc(cuda)
     marker = root / ".installed"
-    if marker.is_file() and marker.read_text().split() == list(CUDA_WHEELS) and cached_nvcc().is_file():
-        log(f"nvcc {NVCC_VERSION}: cached in {root}")
-        return cached_nvcc()
+    if marker.is_file() and marker.read_text().split() == list(wheels) and nvcc.is_file():
+        log(f"nvcc {version}: cached in {root}")
+        return nvcc
     shutil.rmtree(root, ignore_errors=True)
-    log(f"nvcc {NVCC_VERSION}: pip install --target {root} " + " ".join(CUDA_WHEELS))
+    log(f"nvcc {version}: pip install --target {root} " + " ".join(wheels))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
-                    "--target", str(root), *CUDA_WHEELS], check=True)
-    version = subprocess.run([str(cached_nvcc()), "--version"], capture_output=True, text=True, check=True).stdout
-    if f"V{NVCC_VERSION}" not in version:
-        raise RuntimeError(f"{cached_nvcc()} reports {version.strip()!r}, expected V{NVCC_VERSION}")
-    marker.write_text("\n".join(CUDA_WHEELS) + "\n")
-    log(f"nvcc {NVCC_VERSION}: installed in {root}")
-    return cached_nvcc()
+                    "--target", str(root), *wheels], check=True)
+    text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+    if f"V{version}" not in text:
+        raise RuntimeError(f"{nvcc} reports {text.strip()!r}, expected V{version}")
+    marker.write_text("\n".join(wheels) + "\n")
+    log(f"nvcc {version}: installed in {root}")
+    return nvcc
 
 
 def find_nvcc() -> str | None:

@@ -23,19 +23,13 @@ import platform
 import shutil
 from pathlib import Path
 
+from . import rules
 from .backend import detect_backend, variant_name
 from .config import KernelConfig, load_config
 from .extension import build_extension_class, make_extension, plan_build, prepare
 from .generate import ops_name as make_ops_name
 from .generate import unique_id, write_if_changed, write_ops_py
 
-# kernel-builder's CUDA_DEFAULT_KERNEL_ARCHS (research §2.5), used when a CUDA section lists no
-# cuda-capabilities: Nix builds set BUILD_ALL_SUPPORTED_ARCHS=ON, so a release variant covers them all.
-CUDA_DEFAULT_ARCHS = {
-    (13, 0): ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1+PTX"],
-    (12, 8): ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "12.0+PTX"],
-    (0, 0): ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX"],
-}
 # kernel-builder's HIP_SUPPORTED_ARCHS, used when a ROCm section lists no rocm-archs.
 HIP_SUPPORTED_ARCHS = ["gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201"]
 
@@ -63,24 +57,30 @@ class Variant:
 def default_cuda_archs() -> list[str]:
     import torch
 
-    version = tuple(int(v) for v in torch.version.cuda.split(".")[:2])
-    return next(archs for floor, archs in CUDA_DEFAULT_ARCHS.items() if version >= floor)
+    return rules.default_cuda_archs(torch.version.cuda)
 
 
 def compiled_archs(cfg: KernelConfig, backend: str) -> list[str] | None:
     """The arch list metadata.json records (what the extension is compiled for); None for CPU.
 
-    ``KBUILD_CUDA_ARCHS`` / ``KBUILD_ROCM_ARCHS`` (``;``-separated) override the defaults for sections
-    that do not list their own (e.g. ``KBUILD_CUDA_ARCHS=9.0`` for a quick local build)."""
+    CUDA: each section's ``cuda-capabilities`` intersected with the installed torch's CUDA toolkit, or, for a
+    section without them, kernel-builder's default list (:func:`kbuild.rules.section_cuda_archs`).
+    ``KBUILD_CUDA_ARCHS`` / ``KBUILD_ROCM_ARCHS`` (``;``-separated) replace the defaults for sections that do
+    not list their own (e.g. ``KBUILD_CUDA_ARCHS=9.0`` for a quick local build)."""
     if backend == "cpu":
         return None
+    env = [a for a in os.environ.get("KBUILD_CUDA_ARCHS" if backend == "cuda" else "KBUILD_ROCM_ARCHS", "").split(";")
+           if a]
+    if backend == "cuda":
+        import torch
+
+        archs = [a for k in cfg.sections_for("cuda")
+                 for a in rules.section_cuda_archs(k.cuda_capabilities, torch.version.cuda, default=env or None)]
+        return list(dict.fromkeys(archs)) or None
     listed = cfg.archs_for(backend)
     if listed:
         return listed
-    env = os.environ.get("KBUILD_CUDA_ARCHS" if backend == "cuda" else "KBUILD_ROCM_ARCHS")
-    if env:
-        return [a for a in env.split(";") if a]
-    return default_cuda_archs() if backend == "cuda" else list(HIP_SUPPORTED_ARCHS)
+    return env or list(HIP_SUPPORTED_ARCHS)
 
 
 def python_files(cfg: KernelConfig) -> list[Path]:
@@ -202,7 +202,6 @@ def _build_into(cfg: KernelConfig, backend: str, name: str, uid: str | None, sta
         backend,
         ops_name,
         with_cpu=False,
-        default_cuda_capabilities=archs if backend == "cuda" else None,
         default_rocm_archs=archs if backend == "rocm" else None,
         extra_sources=extra,
     )
@@ -218,7 +217,9 @@ def _build_into(cfg: KernelConfig, backend: str, name: str, uid: str | None, sta
               f"{plan.cxx_flags[0].removeprefix('-std=')}, staged in {plan.stage})", flush=True)
         stamp_file.unlink(missing_ok=True)
         with _cwd(cfg.root):
-            so = compile_extension(make_extension(plan), work, build_extension_class(stamp_file, stamp), verbose=verbose)
+            so = compile_extension(make_extension(plan), work,
+                                   build_extension_class(stamp_file, stamp, source_includes=plan.source_includes),
+                                   verbose=verbose)
 
     for rel in python_files(cfg):
         (stage / rel).parent.mkdir(parents=True, exist_ok=True)
