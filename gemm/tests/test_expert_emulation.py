@@ -11,6 +11,7 @@ Needs g++ (or clang++) with C++20 and Linux; no torch extension build, no GPU.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -273,3 +274,58 @@ def test_more_experts_than_one_scan_and_random_routings(driver, tmp_path):
     counts = torch.zeros(260, dtype=torch.int64)
     counts[torch.randint(0, 260, (40,), generator=gen)] += 1
     check(driver, tmp_path, 45, 16, 32, 260, "e4m3fnuz", seed=70, offsets=offsets_from_counts(counts))
+
+
+# ---- the tests can fail: one-line bugs in the expert code, each caught ----------------------------
+
+def _case_batched(drv, tmp_path):
+    gen = torch.Generator().manual_seed(80)
+    check(drv, tmp_path, 70, 40, 96, 4, "e4m3fnuz", seed=81, ids=random_ids(70, 4, gen, torch.int32, placeholders=0.2))
+
+
+def _case_grouped(drv, tmp_path):
+    offsets = torch.tensor([12, 5, -3, 30, 1000, 40], dtype=torch.int32)
+    check(drv, tmp_path, 50, 40, 80, 6, "e4m3fnuz", seed=82, offsets=offsets)
+
+
+def _case_grouped_tail(drv, tmp_path):  # rows 41..49 past the last end
+    check(drv, tmp_path, 50, 40, 80, 3, "e4m3fn", seed=83, offsets=torch.tensor([7, 30, 41], dtype=torch.int32))
+
+
+# (file, original text, mutant text, cases): each original occurs once in its file.
+EXPERT_MUTANTS = {
+    "offsets not clamped to S": ("expert_gemm_rocm_kernels.h", "imin(imax(raw_end(e), 0), r.s) : 0;",
+                                 "imax(raw_end(e), 0) : 0;", [_case_grouped]),
+    "rows past the last end not zeroed": ("expert_gemm_rocm_kernels.h", "zero_rows(r, last_end + arch::block_id_x(),",
+                                          "zero_rows(r, last_end + 1 + arch::block_id_x(),", [_case_grouped_tail]),
+    "negative ids counted": ("expert_gemm_rocm_kernels.h", "const int rank = e >= 0 && e < r.experts ?",
+                             "const int rank = e < r.experts ?", [_case_batched]),
+    "rows of no expert not zeroed": ("expert_gemm_rocm_kernels.h",
+                                     "for (int64_t c = lane; c < r.n; c += 64) arch::global_store(r.out",
+                                     "for (int64_t c = lane; c < 0; c += 64) arch::global_store(r.out", [_case_batched]),
+    "block prefix search": ("gemm_rocm_kernels.h", "if (arch::global_load(prefix + mid) <= block)",
+                            "if (arch::global_load(prefix + mid) < block)", [_case_batched, _case_grouped]),
+    "stores past the segment": ("gemm_rocm_kernels.h", "m_end = arch::global_load(x.segments + x.experts + lo);",
+                                "m_end = gs.m;", [_case_grouped, _case_batched]),
+    "b of expert 0": ("gemm_rocm_kernels.h", "b_base += static_cast<int64_t>(lo) * x.b_stride_e;", "(void)0;",
+                      [_case_batched]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPERT_MUTANTS))
+def test_expert_mutant_is_caught(tmp_path_factory, tmp_path, name):
+    file, old, new, cases = EXPERT_MUTANTS[name]
+    d = tmp_path_factory.mktemp("expert_mutant")
+    kernel_dir = d / "gemm"
+    shutil.copytree(os.path.join(GEMM_DIR, "gemm"), kernel_dir)
+    src = (kernel_dir / file).read_text()
+    assert src.count(old) == 1, f"{name}: the original text occurs {src.count(old)} times"
+    (kernel_dir / file).write_text(src.replace(old, new))
+    out = str(d / "driver")
+    cmd = [CXX, *[f for f in CXXFLAGS if f != "-O2"], "-O1", f"-I{kernel_dir}", f"-I{EMU_DIR}",
+           f"-I{os.path.join(GEMM_DIR, 'include')}", os.path.join(EMU_DIR, "gfx942_expert_driver.cpp"), "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"mutant compile failed:\n{r.stderr[-3000:]}"
+    for case in cases:
+        with pytest.raises(AssertionError):
+            case(out, tmp_path)
