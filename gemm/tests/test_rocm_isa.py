@@ -9,6 +9,9 @@
 * The activation quantization (act_quant_launcher.hip): one instantiation per input dtype, no scratch or
   spills, 16-byte loads and 8-byte stores on its fast path, a 4-step bpermute amax reduction and IEEE
   (correctly rounded) divisions.
+* The MoE expert GEMMs (expert_launcher.hip): the two tile instantiations of the expert plan, each with its
+  fp8 MFMA, one K-major main loop, no scratch or spills, the dense kernel's LDS and occupancy budgets, no
+  stream-K atomics and padded MFMA results; the routing and pack kernels without scratch; nothing else.
 * Cost model (rocm_cost.py): per-step budgets of every main loop read from the assembly (exact
   LDS fragment bytes, no LDS address read twice, no bpermutes, no per-lane branches, buffer loads,
   VALU time under MFMA time, no scalar load or 64-bit multiply, one wave's critical path within its
