@@ -66,6 +66,27 @@ struct GemmArgs {
   int32_t out_vector_ok;
 };
 
+// Expert (grouped) mode of the main pass (the MoE expert GEMMs, expert_gemm_rocm.h). `base` describes
+// the operands as one GEMM over the rows of a (m = rows, K-major, e4m3fnuz) and one expert's b (n rows);
+// the grid is tiles_m x tiles_n workgroups, one tile each (workgroups = 0, no stream-K), where tiles_m
+// bounds the M blocks of all experts together. Workgroup (block, tile_n) finds its expert e by binary
+// search over the exclusive prefix of the experts' block counts, then multiplies rows [start + block'
+// * block_m, end) of a (its expert's segment) by b + e * b_stride_e with b_scale + e * b_scale_stride_e;
+// rows past the segment are neither read nor stored. Workgroups past the last block return at once.
+struct ExpertExtra {
+  const int32_t* segments;  // starts [0, E), ends [E, 2E), block prefix [2E, 3E] (3E: all blocks)
+  const int32_t* row_map;   // output row of each row of a (null: the same row)
+  int64_t b_stride_e;       // bytes between the experts' b in the operand the pass reads
+  int64_t b_scale_stride_e;
+  int32_t experts;
+  int32_t reserved;
+};
+
+struct ExpertTileArgs {
+  GemmArgs base;  // first: the pass re-reads it as the kernel argument's leading bytes
+  ExpertExtra expert;
+};
+
 // Stream-K runs, shared by the kernel and the host plan: workgroup v of W (after the XCD remapping
 // of gemm_rocm_kernels.h) covers iterations [stream_begin(v), stream_begin(v + 1)) of `iters`
 // tile-major (tile, K block) iterations; every run is non-empty when W <= iters. stream_owner(x)

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm_rocm_args.h"
 #include "gemm_rocm_config.h"
@@ -266,8 +267,10 @@ FP8GEMM_DEVICE arch::u32x2 pack_bf16x4(float a, float b, float c, float d) {
 // output (m_lane + i * kMfma, n_lane(j, r)), where for 32x32 tiles n = 8 (r / 4) + 4 (lane / 32) +
 // r % 4 and for 16x16 tiles n = 4 (lane / 16) + r (the MFMA result layout, transposed): items
 // 4q..4q+3 are four consecutive columns.
-template <class Cfg, class Acc, int kSubM, int kSubN>
-FP8GEMM_DEVICE void store_tile(const GemmArgs& g, const Acc (&acc)[kSubM][kSubN], int m_lane, int n_wave) {
+// Rows at or past m_end are not stored; row m goes to output row row_of(m).
+template <class Cfg, class Acc, int kSubM, int kSubN, class RowOf>
+FP8GEMM_DEVICE void store_tile(const GemmArgs& g, const Acc (&acc)[kSubM][kSubN], int m_lane, int n_wave, int m_end,
+                               RowOf row_of) {
   constexpr int kMfma = Cfg::kMfma;
   constexpr int kItems = MfmaTraits<kMfma>::kItems;
   constexpr int kQuads = kItems / 4;
@@ -278,8 +281,8 @@ FP8GEMM_DEVICE void store_tile(const GemmArgs& g, const Acc (&acc)[kSubM][kSubN]
 #pragma unroll
     for (int i = 0; i < kSubM; ++i) {
       const int m = m_lane + i * kMfma;
-      if (m >= g.m) continue;
-      uint16_t* const out_row = g.out + static_cast<int64_t>(m) * g.out_stride_m;
+      if (m >= m_end) continue;
+      uint16_t* const out_row = g.out + static_cast<int64_t>(row_of(m)) * g.out_stride_m;
 #pragma unroll
       for (int j = 0; j < kSubN; ++j)
 #pragma unroll
@@ -297,21 +300,27 @@ FP8GEMM_DEVICE void store_tile(const GemmArgs& g, const Acc (&acc)[kSubM][kSubN]
 #pragma unroll
   for (int i = 0; i < kSubM; ++i) {
     const int m = m_lane + i * kMfma;
-    if (m >= g.m) continue;
+    if (m >= m_end) continue;
+    const int64_t out_m = row_of(m);
 #pragma unroll
     for (int j = 0; j < kSubN; ++j)
 #pragma unroll
       for (int r = 0; r < kItems; ++r) {
         const int n = n_of(j, r / 4) + r % 4;
         if (n < g.n)
-          arch::global_store(g.out + static_cast<int64_t>(m) * g.out_stride_m + static_cast<int64_t>(n) * g.out_stride_n,
+          arch::global_store(g.out + out_m * g.out_stride_m + static_cast<int64_t>(n) * g.out_stride_n,
                              f32_to_bf16_rne(acc[i][j][r]));
       }
   }
 }
 
-template <class Cfg, bool kMn>
+FP8GEMM_DEVICE const GemmArgs& base_args(const GemmArgs& g) { return g; }
+FP8GEMM_DEVICE const GemmArgs& base_args(const ExpertTileArgs& x) { return x.base; }
+
+// KArg: the kernel's argument, GemmArgs (one GEMM) or ExpertTileArgs (expert mode, ExpertExtra).
+template <class Cfg, bool kMn, class KArg = GemmArgs>
 FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
+  constexpr bool kExpert = std::is_same_v<KArg, ExpertTileArgs>;
   using Traits = MfmaTraits<Cfg::kMfma>;
   using Acc = typename Traits::Acc;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads, kMfma = Cfg::kMfma;
@@ -380,7 +389,8 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
   const int n_tiles = n_sk + n_dp;
   for (int seg = 0; seg < n_tiles; ++seg) {
     // The kernel argument again, so that its fields are not held in registers across the K loop.
-    const GemmArgs gs = arch::kernel_arg<GemmArgs>();
+    const KArg karg = arch::kernel_arg<KArg>();
+    const GemmArgs& gs = base_args(karg);
     int tile = v + (seg - n_sk) * wgs, sk = -1, kb_begin = 0, kb_end = kbs;
     if (seg < n_sk) {
       sk = seg == 0 ? sk_first : seg == 1 ? sk_last : sk_first + seg - 1;
@@ -388,15 +398,43 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
       kb_begin = sk == sk_first ? kb_first : 0;
       kb_end = sk == sk_last ? kb_last : kbs;
     }
-    int tile_m, tile_n;
-    tile_coords(tile, gs.tiles_m, gs.tiles_n, tile_m, tile_n);
-    const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+    int tile_m, tile_n, m0, m_end = gs.m;
+    const uint8_t* b_base = gs.b;
+    const float* b_scale_base = gs.b_scale;
+    [[maybe_unused]] const int32_t* row_map = nullptr;
+    if constexpr (kExpert) {
+      // Expert mode: tile = block * tiles_n + tile_n; the block's expert is the last whose block prefix
+      // is <= block (experts without rows share their successor's prefix).
+      const ExpertExtra& x = karg.expert;
+      tile_n = tile % gs.tiles_n;
+      const int block = tile / gs.tiles_n;
+      const int32_t* const prefix = x.segments + 2 * x.experts;
+      if (block >= arch::global_load(prefix + x.experts)) continue;  // uniform: past the last block
+      int lo = 0, hi = x.experts - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (arch::global_load(prefix + mid) <= block)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      tile_m = block - arch::global_load(prefix + lo);
+      m0 = arch::global_load(x.segments + lo) + tile_m * kBM;
+      m_end = arch::global_load(x.segments + x.experts + lo);
+      b_base += static_cast<int64_t>(lo) * x.b_stride_e;
+      b_scale_base += static_cast<int64_t>(lo) * x.b_scale_stride_e;
+      row_map = x.row_map;
+    } else {
+      tile_coords(tile, gs.tiles_m, gs.tiles_n, tile_m, tile_n);
+      m0 = tile_m * kBM;
+    }
+    const int n0 = tile_n * kBN;
 
     // ---- global -> register staging of the A and B tiles --------------------------------------
     TileStager<kBM, kThreads, kMn> stage_a;
     TileStager<kBN, kThreads, kMn> stage_b;
-    stage_a.init(gs.a, gs.lda, m0, gs.m, kMn ? gs.k : gs.k_limit, kbs, kb_begin, tid);
-    stage_b.init(gs.b, gs.ldb, n0, gs.n, kMn ? gs.k : gs.k_limit, kbs, kb_begin, tid);
+    stage_a.init(gs.a, gs.lda, m0, m_end, kMn ? gs.k : gs.k_limit, kbs, kb_begin, tid);
+    stage_b.init(b_base, gs.ldb, n0, gs.n, kMn ? gs.k : gs.k_limit, kbs, kb_begin, tid);
 
     // The accumulator column of this lane in every MFMA tile is output row m_lane + i * kMfma.
     const int m_lane = m0 + wave_m * Cfg::kWaveTileM + lane % kMfma;
@@ -404,10 +442,10 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
     const float* a_scale_src[kSubM];
 #pragma unroll
     for (int i = 0; i < kSubM; ++i) {
-      const int r = m_lane + i * kMfma < gs.m ? m_lane + i * kMfma : gs.m - 1;
+      const int r = m_lane + i * kMfma < m_end ? m_lane + i * kMfma : m_end - 1;
       a_scale_src[i] = gs.a_scale + static_cast<int64_t>(r) * gs.a_scale_stride_m;
     }
-    const float* const b_scale_col = gs.b_scale + static_cast<int64_t>(n0 / 128) * gs.b_scale_stride_nb;
+    const float* const b_scale_col = b_scale_base + static_cast<int64_t>(n0 / 128) * gs.b_scale_stride_nb;
     float a_scale_stage[kSubM], b_scale_stage;
 
     auto load_stage = [&](int kb) {
@@ -490,7 +528,8 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
     }
 
     // ---- epilogue ----------------------------------------------------------------------------
-    const GemmArgs ge = arch::kernel_arg<GemmArgs>();
+    const KArg karg_e = arch::kernel_arg<KArg>();
+    const GemmArgs& ge = base_args(karg_e);
     if constexpr (Cfg::kWavesK > 1) {
       // Sum the K shares: waves with wave_k > 0 park their accumulators in LDS (lane-major 16-byte
       // slots, conflict-free), the wave_k == 0 wave of the same sub-tile adds them up. The K loop
@@ -531,66 +570,78 @@ FP8GEMM_DEVICE void gemm_main(const GemmArgs& g) {
     }
     // From here the wave_k == 0 waves hold the sums of this workgroup's K blocks of the tile.
     bool finish = kb_begin == 0 && kb_end == kbs;  // the whole tile is this workgroup's
-    if (!finish) {
-      // Shared (stream-K) tile: workgroups c_lo..c_hi cover its K blocks. Each parks its sums in a
-      // partial slot and takes a ticket; the last one adds the others' slots to its own sums in
-      // workgroup order (the same additions whichever arrives last) and stores the bf16 tile.
-      const uint32_t sk_it0 = static_cast<uint32_t>(sk) * static_cast<uint32_t>(kbs);
-      const int c_lo = static_cast<int>(stream_owner<uint32_t>(sk_it0, sk_iters, ge.sk_workgroups));
-      const int c_hi = static_cast<int>(stream_owner<uint32_t>(sk_it0 + kbs - 1, sk_iters, ge.sk_workgroups));
-      // Slot sk + c: (tile, workgroup) pairs of the runs, in iteration order, never share it.
-      auto slot_of = [&](int c) {
-        return ge.partial + (static_cast<int64_t>(sk + c) * kTileWaves + wave_mn) * kWaveSlotFloats + lane * 4;
-      };
-      if (wave_k == 0) {
-        float* const mine = slot_of(v);
-#pragma unroll
-        for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-          for (int j = 0; j < kSubN; ++j)
-#pragma unroll
-            for (int q = 0; q < kQuads; ++q) {
-              const arch::f32x4 x = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
-              arch::global_store(reinterpret_cast<arch::f32x4*>(mine + ((i * kSubN + j) * kQuads + q) * 256), x);
-            }
-      }
-      arch::fence_release_agent();  // the slot is visible at agent scope before the ticket is taken
-      arch::barrier();
-      uint32_t* const ticket = reinterpret_cast<uint32_t*>(lds);
-      // The counter wraps to 0 on the last arrival (global_atomic_inc): it is zero again after the
-      // call, so a caller that keeps the workspace needs no zeroing before the next one.
-      if (tid == 0) arch::lds_store(ticket, arch::atomic_inc_agent(ge.tile_counters + sk, static_cast<uint32_t>(c_hi - c_lo)));
-      arch::barrier();
-      finish = arch::lds_load(ticket) == static_cast<uint32_t>(c_hi - c_lo);
-      if (finish) {
-        arch::fence_acquire_agent();  // the other slots, released before their tickets
+    if constexpr (!kExpert) {  // expert mode: no stream-K, every tile is whole
+      if (!finish) {
+        // Shared (stream-K) tile: workgroups c_lo..c_hi cover its K blocks. Each parks its sums in a
+        // partial slot and takes a ticket; the last one adds the others' slots to its own sums in
+        // workgroup order (the same additions whichever arrives last) and stores the bf16 tile.
+        const uint32_t sk_it0 = static_cast<uint32_t>(sk) * static_cast<uint32_t>(kbs);
+        const int c_lo = static_cast<int>(stream_owner<uint32_t>(sk_it0, sk_iters, ge.sk_workgroups));
+        const int c_hi = static_cast<int>(stream_owner<uint32_t>(sk_it0 + kbs - 1, sk_iters, ge.sk_workgroups));
+        // Slot sk + c: (tile, workgroup) pairs of the runs, in iteration order, never share it.
+        auto slot_of = [&](int c) {
+          return ge.partial + (static_cast<int64_t>(sk + c) * kTileWaves + wave_mn) * kWaveSlotFloats + lane * 4;
+        };
         if (wave_k == 0) {
-          // Every contribution in workgroup order, its own from registers: the same additions
-          // whichever workgroup arrives last. One MFMA tile at a time (few live registers).
-#pragma unroll
+          float* const mine = slot_of(v);
+  #pragma unroll
           for (int i = 0; i < kSubM; ++i)
-#pragma unroll
-            for (int j = 0; j < kSubN; ++j) {
-              Acc total;
-              for (int c = c_lo; c <= c_hi; ++c) {
-                const float* const src = slot_of(c) + (i * kSubN + j) * kQuads * 256;
-#pragma unroll
-                for (int q = 0; q < kQuads; ++q) {
-                  arch::f32x4 x;
-                  if (c == v)
-                    x = arch::f32x4{acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
-                  else
-                    x = arch::global_load(reinterpret_cast<const arch::f32x4*>(src + q * 256));
-#pragma unroll
-                  for (int e = 0; e < 4; ++e) total[4 * q + e] = c == c_lo ? x[e] : total[4 * q + e] + x[e];
-                }
+  #pragma unroll
+            for (int j = 0; j < kSubN; ++j)
+  #pragma unroll
+              for (int q = 0; q < kQuads; ++q) {
+                const arch::f32x4 x = {acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
+                arch::global_store(reinterpret_cast<arch::f32x4*>(mine + ((i * kSubN + j) * kQuads + q) * 256), x);
               }
-              acc[i][j] = total;
-            }
+        }
+        arch::fence_release_agent();  // the slot is visible at agent scope before the ticket is taken
+        arch::barrier();
+        uint32_t* const ticket = reinterpret_cast<uint32_t*>(lds);
+        // The counter wraps to 0 on the last arrival (global_atomic_inc): it is zero again after the
+        // call, so a caller that keeps the workspace needs no zeroing before the next one.
+        if (tid == 0) arch::lds_store(ticket, arch::atomic_inc_agent(ge.tile_counters + sk, static_cast<uint32_t>(c_hi - c_lo)));
+        arch::barrier();
+        finish = arch::lds_load(ticket) == static_cast<uint32_t>(c_hi - c_lo);
+        if (finish) {
+          arch::fence_acquire_agent();  // the other slots, released before their tickets
+          if (wave_k == 0) {
+            // Every contribution in workgroup order, its own from registers: the same additions
+            // whichever workgroup arrives last. One MFMA tile at a time (few live registers).
+  #pragma unroll
+            for (int i = 0; i < kSubM; ++i)
+  #pragma unroll
+              for (int j = 0; j < kSubN; ++j) {
+                Acc total;
+                for (int c = c_lo; c <= c_hi; ++c) {
+                  const float* const src = slot_of(c) + (i * kSubN + j) * kQuads * 256;
+  #pragma unroll
+                  for (int q = 0; q < kQuads; ++q) {
+                    arch::f32x4 x;
+                    if (c == v)
+                      x = arch::f32x4{acc[i][j][4 * q], acc[i][j][4 * q + 1], acc[i][j][4 * q + 2], acc[i][j][4 * q + 3]};
+                    else
+                      x = arch::global_load(reinterpret_cast<const arch::f32x4*>(src + q * 256));
+  #pragma unroll
+                    for (int e = 0; e < 4; ++e) total[4 * q + e] = c == c_lo ? x[e] : total[4 * q + e] + x[e];
+                  }
+                }
+                acc[i][j] = total;
+              }
+          }
         }
       }
     }
-    if (finish && wave_k == 0) store_tile<Cfg>(ge, acc, m_lane, n0 + wave_n * Cfg::kWaveTileN + 4 * (lane / kMfma));
+    if (finish && wave_k == 0) {
+      const int n_wave = n0 + wave_n * Cfg::kWaveTileN + 4 * (lane / kMfma);
+      if constexpr (kExpert) {
+        if (row_map != nullptr)
+          store_tile<Cfg>(ge, acc, m_lane, n_wave, m_end, [&](int m) { return arch::global_load(row_map + m); });
+        else
+          store_tile<Cfg>(ge, acc, m_lane, n_wave, m_end, [](int m) { return m; });
+      } else {
+        store_tile<Cfg>(ge, acc, m_lane, n_wave, ge.m, [](int m) { return m; });
+      }
+    }
     if (seg + 1 < n_tiles) arch::barrier();  // the K-share slots and the ticket in LDS are read before the next copy
   }
 }
@@ -605,6 +656,13 @@ FP8GEMM_DEVICE void gemm_body(const GemmArgs& g) {
     detail::gemm_main<Cfg, true>(g);
   else
     detail::gemm_main<Cfg, false>(g);
+}
+
+// Expert mode of the main pass (ExpertTileArgs): K-major operands only (the expert plan packs or
+// gathers them into that layout).
+template <class Cfg>
+FP8GEMM_DEVICE void expert_tile_body(const ExpertTileArgs& x) {
+  detail::gemm_main<Cfg, false, ExpertTileArgs>(x.base);
 }
 
 // ---- pack pass: one 128 x 128 (rows x k) tile of a or b -> K-major e4m3fnuz workspace ---------

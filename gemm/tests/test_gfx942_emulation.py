@@ -794,13 +794,13 @@ MUTANTS = {
                          "arch::lds_store(reinterpret_cast<uint32_t*>(tile + r * kBlockK + (chunk ^ (r % 4)) * 16 + in_chunk), y[j]);",
                          ["t128x128_w2x2_m32/mn_major"]),
     # Scale indices: the MFMA tile row of a_scale, the K block of a_scale, the N block of b_scale.
-    "a_scale row": ("const int r = m_lane + i * kMfma < gs.m ? m_lane + i * kMfma : gs.m - 1;",
-                    "const int r = m_lane + i < gs.m ? m_lane + i : gs.m - 1;", ["t128x128_w2x2_m32/mn_major"]),
+    "a_scale row": ("const int r = m_lane + i * kMfma < m_end ? m_lane + i * kMfma : m_end - 1;",
+                    "const int r = m_lane + i < m_end ? m_lane + i : m_end - 1;", ["t128x128_w2x2_m32/mn_major"]),
     "a_scale K block": ("a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb) * gs.a_scale_stride_kb);",
                         "a_scale_stage[i] = arch::global_load(a_scale_src[i] + static_cast<int64_t>(kb_begin) * gs.a_scale_stride_kb);",
                         ["t128x64_w2x1x2_m32/mn_major"]),
-    "b_scale N block": ("const float* const b_scale_col = gs.b_scale + static_cast<int64_t>(n0 / 128) * gs.b_scale_stride_nb;",
-                        "const float* const b_scale_col = gs.b_scale + static_cast<int64_t>(n0 / 64) * gs.b_scale_stride_nb;",
+    "b_scale N block": ("const float* const b_scale_col = b_scale_base + static_cast<int64_t>(n0 / 128) * gs.b_scale_stride_nb;",
+                        "const float* const b_scale_col = b_scale_base + static_cast<int64_t>(n0 / 64) * gs.b_scale_stride_nb;",
                         ["t128x64_w2x1x2_m32/k_major"]),
     # Stream-K hand-off: the run's last K block dropped; the ticket count one short (the one before
     # the last finishes early); the first contributor's K blocks left out of the sum; the next

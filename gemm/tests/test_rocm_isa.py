@@ -9,6 +9,9 @@
 * The activation quantization (act_quant_launcher.hip): one instantiation per input dtype, no scratch or
   spills, 16-byte loads and 8-byte stores on its fast path, a 4-step bpermute amax reduction and IEEE
   (correctly rounded) divisions.
+* The MoE expert GEMMs (expert_launcher.hip): the two tile instantiations of the expert plan, each with its
+  fp8 MFMA, one K-major main loop, no scratch or spills, the dense kernel's LDS and occupancy budgets, no
+  stream-K atomics and padded MFMA results; the routing and pack kernels without scratch; nothing else.
 * Cost model (rocm_cost.py): per-step budgets of every main loop read from the assembly (exact
   LDS fragment bytes, no LDS address read twice, no bpermutes, no per-lane branches, buffer loads,
   VALU time under MFMA time, no scalar load or 64-bit multiply, one wave's critical path within its
@@ -266,6 +269,79 @@ def test_helper_kernels_have_no_scratch(launcher_asm):
 def test_no_unexpected_kernels(launcher_asm):
     for sym in launcher_asm:
         assert rocm_asm.gemm_symbol_id(sym) is not None or "pack_kernel" in sym, sym
+
+
+# ---- MoE expert GEMMs (expert_launcher.hip) --------------------------------------------------------
+
+EXPERT_TILE_IDS = {0, 2}  # the instantiations make_expert_plan picks from (expert_gemm_rocm_plan.h)
+EXPERT_ROUTE_KERNELS = ("grouped_segments_kernel", "batched_count_kernel", "batched_segments_kernel",
+                        "batched_gather_kernel", "expert_pack_kernel")
+
+
+@pytest.fixture(scope="module")
+def expert_asm(asm_text):
+    assert "expert_launcher" in asm_text, f"no assembly for expert_launcher.hip: {sorted(asm_text)}"
+    return rocm_asm.parse_assembly(asm_text["expert_launcher"])
+
+
+def _expert_tile_id(symbol):
+    m = re.search(r"expert_tile_kernelILNS0_12GemmKernelIdE(\d+)E", symbol)
+    return int(m.group(1)) if m else None
+
+
+def test_expert_kernels_compiled_and_nothing_else(expert_asm):
+    tiles = {_expert_tile_id(sym) for sym in expert_asm} - {None}
+    assert tiles == EXPERT_TILE_IDS, sorted(expert_asm)
+    for name in EXPERT_ROUTE_KERNELS:
+        assert sum(name in sym for sym in expert_asm) == 1, (name, sorted(expert_asm))
+    assert len(expert_asm) == len(EXPERT_TILE_IDS) + len(EXPERT_ROUTE_KERNELS), sorted(expert_asm)
+
+
+def test_expert_tile_isa(expert_asm, kernels):
+    by_id = {kd["id"]: kd for kd in kernels}
+    for sym, ka in expert_asm.items():
+        kid = _expert_tile_id(sym)
+        if kid is None:
+            continue
+        kd, meta = by_id[kid], ka.meta
+        want_mfma, per_k_block = _expected_mfma(kd)
+        mfmas = {m: c for m, c in ka.instructions.items() if m.startswith("v_mfma")}
+        # The configured fp8 MFMA only, one K-major main loop (the expert plan packs the other layouts).
+        assert set(mfmas) == {want_mfma} and mfmas[want_mfma] == per_k_block, (kd["name"], mfmas)
+        assert int(meta[".private_segment_fixed_size"]) == 0, meta
+        assert int(meta[".vgpr_spill_count"]) == 0 and int(meta[".sgpr_spill_count"]) == 0, meta
+        assert ka.count("scratch_") == 0 and ka.count("buffer_store") == 0 and ka.count("flat_") == 0, ka.instructions
+        assert meta.get(".uses_dynamic_stack", "false") == "false"
+        lds = int(meta[".group_segment_fixed_size"]) + kd["lds_bytes"]
+        assert lds <= 65536, (kd["name"], lds)
+        assert int(meta[".max_flat_workgroup_size"]) == kd["threads"]
+        occ = rocm_asm.waves_per_simd(ka.vgpr_total, lds, kd["threads"])
+        assert occ["waves_per_simd"] >= kd["waves_per_simd"], (kd["name"], occ, kd["waves_per_simd"])
+        assert int(meta[".amdhsa_next_free_sgpr"]) <= 102 and int(meta[".sgpr_count"]) <= 108, meta
+        # Operands through 16-byte buffer loads and LDS; no stream-K hand-off in expert mode.
+        assert ka.count("buffer_load_dwordx4") > 0 and ka.count("ds_read_b128") > 0, ka.instructions
+        assert ka.count("global_atomic") == 0 and ka.count("buffer_wbl2") == 0, ka.instructions
+        assert ka.count("global_store_dwordx2") > 0, ka.instructions  # four bf16 columns per store
+
+
+def test_expert_routing_kernels_have_no_scratch(expert_asm):
+    for sym, ka in expert_asm.items():
+        if _expert_tile_id(sym) is not None:
+            continue
+        meta = ka.meta
+        assert int(meta[".private_segment_fixed_size"]) == 0, sym
+        assert int(meta[".vgpr_spill_count"]) == 0 and int(meta[".sgpr_spill_count"]) == 0, sym
+        assert ka.count("scratch_") == 0 and ka.count("flat_") == 0, (sym, ka.instructions)
+        assert int(meta[".sgpr_count"]) <= 108, (sym, meta)
+    count = next(ka for sym, ka in expert_asm.items() if "batched_count_kernel" in sym)
+    assert count.count("global_atomic_add") == 1, count.instructions  # one counter increment per row
+
+
+def test_expert_mfma_result_padding(asm_text):
+    gaps = rocm_asm.mfma_valu_gaps(asm_text["expert_launcher"])
+    assert len({g[0] for g in gaps}) == len(EXPERT_TILE_IDS), gaps[:4]
+    short = [g for g in gaps if g[2] < g[3]]
+    assert not short, short[:5]
 
 
 # ---- activation quantization (act_quant_launcher.hip) ---------------------------------------------

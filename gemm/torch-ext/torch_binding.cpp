@@ -38,6 +38,7 @@
 #include <hip/hip_runtime_api.h>
 
 #include "../gemm/act_quant_rocm.h"
+#include "../gemm/expert_gemm_rocm.h"
 #include "../gemm/gemm_rocm.h"
 #endif
 
@@ -773,8 +774,17 @@ at::Tensor run_expert_gemm(const char* op, const at::Tensor& a, const at::Tensor
     TORCH_CHECK(err == cudaSuccess, op, ": CUDA backend failed (", shape, "): ", cudaGetErrorString(err));
     return out_dtype == at::kBFloat16 ? out : out.to(out_dtype);
 #elif defined(ROCM_KERNEL)
-    TORCH_CHECK(false, op, ": the expert GEMMs have no ROCm backend yet (CPU and CUDA sm_90a only); got tensors on ",
-                a.device().str(), " (", shape, ")");
+    const c10::hip::OptionalHIPGuardMasqueradingAsCUDA guard(a.device());
+    const size_t bytes = fp8gemm::rocm::expert_workspace_bytes(p);
+    TORCH_CHECK(bytes > 0, op, ": the gfx942 backend cannot take this problem (", shape,
+                "): a size is beyond its 32-bit index range");
+    // From the caching allocator, on the current stream, sized for this call.
+    at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+    run_act_quant(a, qa, std::nullopt, std::nullopt);
+    const hipStream_t stream = c10::hip::getCurrentHIPStreamMasqueradingAsCUDA(a.device().index()).stream();
+    const hipError_t err = fp8gemm::rocm::expert_gemm(p, workspace.data_ptr(), bytes, stream);
+    TORCH_CHECK(err == hipSuccess, op, ": ROCm backend failed (", shape, "): ", hipGetErrorString(err));
+    return out_dtype == at::kBFloat16 ? out : out.to(out_dtype);
 #endif
   }
   TORCH_CHECK(false, op, ": this build of the kernel has no backend for device ", a.device().str(), " (", shape, ")");
