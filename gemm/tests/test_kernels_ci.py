@@ -183,7 +183,6 @@ def test_matmul_2d_matches_float64_reference(m, n, k, gen):
 # ---- mixture-of-experts: matmul_batched and matmul_grouped ----------------------------------------
 
 
-@pytest.mark.skipif(torch.version.hip is not None, reason="the expert GEMMs have no ROCm backend yet")
 @pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float8_e8m0fnu])
 def test_expert_gemms_match_float64_reference(scale_dtype, gen):
     s, n, k, e = 40, 200, 300, 5
