@@ -4,6 +4,8 @@
 # and the CUTLASS headers kernel-builder uses (both from PyPI, into .cache/), then the editable builds of every kernel.
 # Idempotent: what is already there is not reinstalled, and a kernel whose sources, flags and toolchain
 # are unchanged since its last build is not rebuilt. Set SKIP_APT=1 to skip the Debian packages.
+# SETUP_ONLY=python stops after the Python packages, SETUP_REQUIREMENTS names another requirements file
+# (ci/tests/test_setup_python.py runs the Python part under an externally managed Python that way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=ci/steps.sh
@@ -35,6 +37,7 @@ apt_packages() {
 }
 
 BASE_PYTHON=${BASE_PYTHON:-python3}
+REQUIREMENTS=${SETUP_REQUIREMENTS:-ci/requirements.txt}
 
 # The project's virtual environment (ci/steps.sh: $PYTHON is $VENV_DIR/bin/python unless PYTHON was set).
 # --system-site-packages: a torch already installed in the base Python (a CUDA or ROCm build) is kept.
@@ -62,9 +65,9 @@ python_packages() {
   reqs=$(mktemp)
   if $PYTHON -c "import torch" 2>/dev/null; then
     # Keep an already installed torch (e.g. a CUDA build on a GPU machine); install the rest.
-    grep -v '^torch==' ci/requirements.txt > "$reqs"
+    grep -v '^torch==' "$REQUIREMENTS" > "$reqs"
   else
-    cp ci/requirements.txt "$reqs"
+    cp "$REQUIREMENTS" "$reqs"
   fi
   if $PYTHON - "$reqs" <<'EOF'
 import sys
@@ -86,7 +89,7 @@ for line in open(sys.argv[1]):
             sys.exit(1)
 EOF
   then
-    echo "  all installed (ci/requirements.txt)"
+    echo "  all installed ($REQUIREMENTS)"
   else
     # One line per package here; pip's whole output in the log, and its end here when pip fails.
     mkdir -p .cache
@@ -149,6 +152,7 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 step setup "Debian packages" apt_packages
 step setup "Python environment (.venv)" python_environment
 step setup "Python packages" python_packages
+if [ "${SETUP_ONLY:-}" = python ]; then exit 0; fi
 step setup "nvcc (CUDA 13.0, PyPI)" $PYTHON tools/kbuild install-nvcc
 step setup "CUTLASS headers (build.toml depends)" $PYTHON tools/kbuild fetch-cutlass img2gray gemm
 for kernel in img2gray gemm; do
