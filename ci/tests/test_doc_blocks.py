@@ -9,6 +9,8 @@
   preceded by `<!-- doc-test: run -->` is also run (cheap commands only).
 - ```text: prose (formulas, messages, file trees); not code.
 - `<!-- doc-test: gpu -->` before a block: it needs a CUDA GPU; skipped here with that reason, run where one is.
+  (The blocks pick their device at run time, so on a GPU machine every one of them runs on the GPU:
+  `bash benchmarks/run_h200.sh build img2gray test=ci/tests/test_doc_blocks.py` with KBUILD_CUDA_ARCHS=9.0.)
 An unlabeled block fails: every block says what it is.
 """
 
@@ -67,15 +69,20 @@ def _fill_card(doc, body):
 
 
 @lru_cache(maxsize=None)
-def _variant_root(kernel):
+def _variant_root(kernel, cpu_too=False):
     """<kernel>/build, holding the variant of this torch (built here when missing: make test's ci-test step
-    builds it first)."""
+    builds it first), and the CPU variant too with cpu_too (a block that asks for backend="cpu" on a GPU)."""
     from kbuild.variant import find_variants
 
     _kernel_config(kernel)  # puts tools/ on sys.path
-    if not find_variants(ROOT / kernel):
+    wanted = [None] + (["cpu"] if cpu_too else [])
+    for backend in wanted:
+        names = [v.name for v in find_variants(ROOT / kernel)]
+        if (backend is None and names) or (backend == "cpu" and any("-cpu-" in n for n in names)):
+            continue
+        env = dict(_env(), **({"KBUILD_BACKEND": backend} if backend else {}))
         result = subprocess.run([sys.executable, "tools/kbuild", "variant", kernel], cwd=ROOT, capture_output=True,
-                                text=True, timeout=1500)
+                                text=True, timeout=1500, env=env)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return ROOT / kernel / "build"
 
@@ -100,7 +107,8 @@ def test_python_block_runs(doc, line, lang, body, marker):
     env = _env()
     used = [k for k in KERNELS if _kernel_config(k).repo_id in code or f'Path("{k}")' in code]
     if used:
-        env["LOCAL_KERNELS"] = ":".join(f"{_kernel_config(k).repo_id}={_variant_root(k)}" for k in used)
+        cpu_too = 'backend="cpu"' in code
+        env["LOCAL_KERNELS"] = ":".join(f"{_kernel_config(k).repo_id}={_variant_root(k, cpu_too)}" for k in used)
     for k in used:
         code, n = re.subn(rf'LayerRepository\(repo_id="{_kernel_config(k).repo_id}", layer_name="(\w+)", version=\d+\)',
                           rf'LocalLayerRepository(repo_path=Path({str(ROOT / k)!r}), layer_name="\1")', code)
