@@ -13,6 +13,12 @@ import time
 import pytest
 
 INTERVAL = 20.0
+# The terminal as it is when `-p` imports this module, before pytest captures fd 1 around each test: the line the
+# background thread prints while a long test runs must not land in that test's captured output.
+try:
+    _TERMINAL_FD = os.dup(1)
+except OSError:
+    _TERMINAL_FD = None
 
 
 class Progress:
@@ -32,6 +38,8 @@ class Progress:
 
     def line(self, text):
         with self.lock:
+            if getattr(self.writer, "width_of_current_line", 0):  # after a failure's letter
+                self.writer.line("")
             self.writer.line(text)
             self.writer.flush()
             self.last_line = time.monotonic()
@@ -41,7 +49,14 @@ class Progress:
             now = time.monotonic()
             current = self.current
             if current is not None and now - self.last_line >= INTERVAL and now - self.current_start >= INTERVAL:
-                self.line(f"  ... {current} running for {now - self.current_start:.0f} s")
+                text = f"  ... {current} running for {now - self.current_start:.0f} s"
+                with self.lock:
+                    if _TERMINAL_FD is None:
+                        self.writer.line(text)
+                        self.writer.flush()
+                    else:
+                        os.write(_TERMINAL_FD, (text + "\n").encode())
+                    self.last_line = time.monotonic()
 
     def _finish_file(self):
         if self.file is None:
