@@ -36,18 +36,19 @@ def managed_python(tmp_path_factory):
             (stdlib / entry.name).symlink_to(entry)
     (stdlib / "EXTERNALLY-MANAGED").write_text(
         "[externally-managed]\nError=This Python is managed by the system: use a virtual environment.\n")
-    site = stdlib / "site-packages"
-    site.mkdir()
-    import pip
-
-    (site / "pip").symlink_to(Path(pip.__file__).parent)
     python = prefix / "bin" / "python3"
-    probe = subprocess.run([str(python), "-c", "import sys, sysconfig, ensurepip, venv; "
-                            "print(sys.prefix == sys.base_prefix, sysconfig.get_path('stdlib'))"],
+    probe = subprocess.run([str(python), "-c", "import site, sys, sysconfig, ensurepip, venv; "
+                            "print(sys.prefix == sys.base_prefix, sysconfig.get_path('stdlib'), site.getsitepackages()[0])"],
                            capture_output=True, text=True, timeout=120, env=_env(prefix))
     if probe.returncode != 0:
         pytest.skip(f"the copied interpreter does not start on its own: {probe.stderr[-500:]}")
-    assert probe.stdout.split() == ["True", str(stdlib)], probe.stdout
+    in_base, stdlib_seen, site_dir = probe.stdout.split()
+    assert (in_base, stdlib_seen) == ("True", str(stdlib)), probe.stdout
+    # pip where this interpreter looks for packages (Debian's python: <prefix>/local/lib/python3.X/dist-packages)
+    import pip
+
+    Path(site_dir).mkdir(parents=True, exist_ok=True)
+    (Path(site_dir) / "pip").symlink_to(Path(pip.__file__).parent)
     return prefix
 
 
