@@ -53,7 +53,8 @@ def managed_python(tmp_path_factory):
 
 
 def _env(prefix, **extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "STEP_LOG")}
     env["PATH"] = f"{prefix / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin"
     env.update(extra)
     return env
