@@ -5,6 +5,5 @@ cd "$(dirname "$0")/.."
 # shellcheck source=ci/steps.sh
 . ci/steps.sh
 bash ci/setup.sh
-export PYTHON=${PYTHON:-python3}
 step demo "img2gray demo (writes demo-output/)" $PYTHON img2gray/examples/demo.py --out-dir demo-output
 if [ -f gemm/examples/demo.py ]; then step demo "gemm demo" $PYTHON gemm/examples/demo.py; fi

@@ -1,5 +1,13 @@
-# Helpers for ci/setup.sh, ci/test.sh and ci/demo.sh (sourced): timed steps, the dpkg lock wait.
+# Helpers for ci/setup.sh, ci/test.sh and ci/demo.sh (sourced from the repository root): the Python they use,
+# timed steps, the dpkg lock wait.
 
+# The Python of every script: $PYTHON when set (an environment you manage yourself), else the project's virtual
+# environment .venv at the repository root (VENV_DIR moves it), which ci/setup.sh creates from $BASE_PYTHON
+# (default python3). A venv works where the system Python refuses `pip install` (PEP 668, Debian 12, Ubuntu 24.04).
+VENV_DIR=${VENV_DIR:-$PWD/.venv}
+export PYTHON=${PYTHON:-$VENV_DIR/bin/python}
+
+# Setup steps are recorded in ci/test.sh's summary too: each line is appended to $STEP_LOG when it is set.
 STEP_SUMMARY=()
 
 # step <prefix> <name> <command...>: a header line, the command's own output, then its status and time.
@@ -7,15 +15,23 @@ step() {
   local prefix=$1 name=$2 rc=0 t0=$EPOCHREALTIME dt
   shift 2
   echo "[$prefix] $name"
+  # A line every 25 s while the step runs, so that no step is silent for long (its own lines come in between).
+  ( while sleep 25; do
+      echo "  ... $name: running for $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+    done ) &
+  local ticker=$!
   "$@" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
   dt=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
   if [ "$rc" -eq 0 ]; then
     echo "[$prefix] $name: ok, $dt s"
-    STEP_SUMMARY+=("$(printf '  ok      %7s s  %s' "$dt" "$name")")
+    STEP_SUMMARY+=("$(printf '  ok      %7s s  [%s] %s' "$dt" "$prefix" "$name")")
   else
     echo "[$prefix] $name: FAILED (exit $rc), $dt s"
-    STEP_SUMMARY+=("$(printf '  FAILED  %7s s  %s' "$dt" "$name")")
+    STEP_SUMMARY+=("$(printf '  FAILED  %7s s  [%s] %s' "$dt" "$prefix" "$name")")
   fi
+  if [ -n "${STEP_LOG:-}" ]; then printf '%s\n' "${STEP_SUMMARY[-1]}" >> "$STEP_LOG"; fi
   return "$rc"
 }
 

@@ -8,8 +8,22 @@ cd "$(dirname "$0")/.."
 # shellcheck source=ci/steps.sh
 . ci/steps.sh
 start=$EPOCHREALTIME
-bash ci/setup.sh || exit 1
-export PYTHON=${PYTHON:-python3}
+# The summary at the end lists every step, ci/setup.sh's included.
+STEP_LOG=$(mktemp)
+export STEP_LOG
+trap 'rm -f "$STEP_LOG"' EXIT
+summary() {
+  echo "[test] summary"
+  cat "$STEP_LOG"
+  echo "[test] total $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s (set-up included)"
+}
+if ! bash ci/setup.sh; then
+  summary
+  exit 1
+fi
+# pytest prints a line per test file (start, end, counts, time) and at least one every 20 s (ci/pytest_progress.py).
+PYTEST=(env "PYTHONPATH=$PWD/ci${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m pytest -q -p no:cacheprovider
+        -p pytest_progress -o console_output_style=classic)
 
 # In CI every toolchain is installed by ci/setup.sh: a compile check must fail, not skip, when one is missing.
 export FP8GEMM_REQUIRE_HIP=1 CI_REQUIRE_NVCC=1
@@ -25,11 +39,9 @@ for kernel in img2gray gemm; do
   # The variant is built first: the suites' own variant builds then find it compiled already.
   step test "$kernel: kernels_ci smoke tests on its build variant (tools/kbuild ci-test)" \
     $PYTHON tools/kbuild ci-test "$kernel" --require-tests -- -q || status=1
-  step test "$kernel: pytest $kernel/tests" $PYTHON -m pytest "$kernel/tests" -q -p no:cacheprovider || status=1
+  step test "$kernel: pytest $kernel/tests" "${PYTEST[@]}" "$kernel/tests" || status=1
 done
-step test "pytest ci/tests" $PYTHON -m pytest ci/tests -q -p no:cacheprovider || status=1
+step test "pytest ci/tests" "${PYTEST[@]}" ci/tests || status=1
 
-echo "[test] summary"
-print_summary
-echo "[test] total $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s (set-up included)"
+summary
 exit $status

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import tomllib
 from pathlib import Path
@@ -205,6 +206,11 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
     # --system-site-packages: torch comes from the system; pip too (no ensurepip: keeps the test fast)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     py = venv / "bin" / "python"
+    if sys.prefix != sys.base_prefix:  # run from a venv (ci/setup.sh's .venv): its packages too, after the wheel's
+        site_dir = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        outer = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+        (Path(site_dir) / "outer_env.pth").write_text("".join(f"{p}\n" for p in outer))
     install = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheels[0])],
                              capture_output=True, text=True, timeout=120)
     assert install.returncode == 0, install.stderr
@@ -247,8 +253,8 @@ def test_card_renders_and_shows_loading_by_version(kernel, tmp_path):
 
 def test_readme_documents_the_publishing_commands():
     readme = (ROOT / "img2gray" / "README.md").read_text()
-    for command in ("python tools/kbuild variant img2gray", "python tools/kbuild upload img2gray --dry-run",
-                    "python tools/kbuild wheel img2gray", "HF_TOKEN", "kernels benchmark"):
+    for command in ("python3 tools/kbuild variant img2gray", "python3 tools/kbuild upload img2gray --dry-run",
+                    "python3 tools/kbuild wheel img2gray", "HF_TOKEN", "kernels benchmark"):
         assert command in readme, command
 
 

@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bash(script, **env):
+    base = {k: v for k, v in os.environ.items() if k != "STEP_LOG"}  # not into the summary of a make test running us
     return subprocess.run(["bash", "-c", f". {ROOT / 'ci' / 'steps.sh'}\n{script}"], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, **env))
+                          timeout=120, env=dict(base, **env))
 
 
 def test_step_prints_name_status_and_time():
@@ -58,3 +59,20 @@ def test_free_lock_passes_at_once(tmp_path):
     lock.write_text("")
     result = _bash("wait_for_dpkg_lock && echo PROCEED", DPKG_LOCKS=str(lock))
     assert result.returncode == 0 and result.stdout == "PROCEED\n"
+
+
+def test_steps_are_recorded_for_the_summary(tmp_path):
+    # ci/test.sh's summary lists ci/setup.sh's steps too: each step appends its line to $STEP_LOG.
+    log = tmp_path / "steps"
+    result = _bash('step setup "one" true; step test "two" false; true', STEP_LOG=str(log))
+    assert result.returncode == 0, result.stderr
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("  ok") and lines[0].endswith("[setup] one")
+    assert lines[1].startswith("  FAILED") and lines[1].endswith("[test] two")
+
+
+def test_a_long_step_says_it_is_still_running():
+    result = _bash('step demo "slow" sleep 27')
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[demo] slow" and lines[1].startswith("  ... slow: running for 2"), lines
+    assert lines[2].startswith("[demo] slow: ok, 2")

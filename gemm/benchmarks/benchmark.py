@@ -4,7 +4,7 @@ against a local build: `kernels benchmark ./gemm`, which loads gemm/build/<varia
 GPU workloads are DeepSeek-V3 linear-layer shapes from the AMD challenge's timed set, in both layouts the
 kernel supports (K-major as DeepSeek/vLLM pass them, M/N-major as the challenge does). On the CPU backend
 (a reference implementation, orders of magnitude slower) the same workloads run at 1/16 of M and N and
-1/8 of K so the suite finishes in seconds.
+1/8 of K so the suite finishes in seconds; each row is named after the shape that ran.
 
 Each verify_* returns the float64 reference of the formula rounded to bf16; the runner compares it with
 self.out using atol 1e-2 (rtol 1e-5). Scales are drawn so outputs have a standard deviation of about
@@ -45,8 +45,6 @@ class GemmBenchmark(Benchmark):
     seed = 0
 
     def _problem(self, m: int, n: int, k: int, layout: str) -> None:
-        if self.device == "cpu":
-            m, n, k = max(1, m // 16), max(1, n // 16), max(1, k // 8)
         kb, nb = math.ceil(k / BLOCK), math.ceil(n / BLOCK)
         dtype, dev = _fp8_dtype(), self.device
         # std(out) ~ sqrt(KB) * sqrt(128) * scale_std^2 (standard-normal fp8 values): aim at 0.15
@@ -69,40 +67,33 @@ class GemmBenchmark(Benchmark):
     def _verify(self) -> torch.Tensor:
         return _reference(self.a, self.b, self.a_scale, self.b_scale)
 
-    # DeepSeek-V3 shapes (M tokens, N out features, K in features).
-    def setup_m1024_n1536_k7168_kmajor(self):
-        self._problem(1024, 1536, 7168, "k_major")
 
-    def benchmark_m1024_n1536_k7168_kmajor(self):
-        self._run()
 
-    def verify_m1024_n1536_k7168_kmajor(self):
-        return self._verify()
+# DeepSeek-V3 shapes (M tokens, N out features, K in features) and layouts; N = 576 is not a multiple of 128
+# (the last scale row covers 64 rows of b).
+WORKLOADS = [(1024, 1536, 7168, "k_major"), (1024, 1536, 7168, "mn_major"), (6144, 7168, 2048, "k_major"),
+             (1024, 576, 7168, "k_major")]
 
-    def setup_m1024_n1536_k7168_mnmajor(self):
-        self._problem(1024, 1536, 7168, "mn_major")
 
-    def benchmark_m1024_n1536_k7168_mnmajor(self):
-        self._run()
+def run_shape(m: int, n: int, k: int, on_gpu: bool):
+    """The shape a workload runs at: as listed on a GPU, cut to 1/16 of M and N and 1/8 of K on the CPU."""
+    return (m, n, k) if on_gpu else (max(1, m // 16), max(1, n // 16), max(1, k // 8))
 
-    def verify_m1024_n1536_k7168_mnmajor(self):
-        return self._verify()
 
-    def setup_m6144_n7168_k2048_kmajor(self):
-        self._problem(6144, 7168, 2048, "k_major")
+def _add_workloads(cls, on_gpu: bool):
+    """setup_/benchmark_/verify_ methods named after the shape that actually runs (`kernels benchmark` labels the
+    rows with the method names), so the CPU rows say m64_n96_k896 where the GPU ones say m1024_n1536_k7168."""
+    for m, n, k, layout in WORKLOADS:
+        rm, rn, rk = run_shape(m, n, k, on_gpu)
+        name = f"m{rm}_n{rn}_k{rk}_{layout.replace('_', '')}"
 
-    def benchmark_m6144_n7168_k2048_kmajor(self):
-        self._run()
+        def setup(self, shape=(rm, rn, rk), layout=layout):
+            self._problem(*shape, layout)
 
-    def verify_m6144_n7168_k2048_kmajor(self):
-        return self._verify()
+        setattr(cls, f"setup_{name}", setup)
+        setattr(cls, f"benchmark_{name}", lambda self: self._run())
+        setattr(cls, f"verify_{name}", lambda self: self._verify())
 
-    def setup_m1024_n576_k7168_kmajor(self):
-        # N = 576 is not a multiple of 128: the last scale row covers 64 rows of b.
-        self._problem(1024, 576, 7168, "k_major")
 
-    def benchmark_m1024_n576_k7168_kmajor(self):
-        self._run()
-
-    def verify_m1024_n576_k7168_kmajor(self):
-        return self._verify()
+# `kernels benchmark` runs on torch's GPU where there is one (CUDA or ROCm), else on the CPU.
+_add_workloads(GemmBenchmark, on_gpu=torch.cuda.is_available())

@@ -148,6 +148,15 @@ def call_matmul(path, args):
                           activation_scale=args["activation_scale"])
 
 
+def _huge_k_matmul(k):
+    def mutate(args, device):
+        kb = k // 128 + (k % 128 != 0)
+        args.update(A=torch.zeros(1, 1, device=device, dtype=torch.bfloat16).expand(1, k),
+                    B=torch.zeros(1, 1, device=device).to(FN).expand(1, k),
+                    Bs=torch.ones(1, 1, device=device).expand(1, kb))
+    return mutate
+
+
 BS_SHAPE = "matmul_2d: Bs must have shape (ceil(N/128), ceil(K/128)) = [2, 3] for B of shape [200, 300], got "
 MATMUL_BAD = [
     *[(f"{name}-None", _set(name, lambda a, d: None), TypeError, f"matmul_2d: {name} must be a torch.Tensor, got None")
@@ -164,6 +173,10 @@ MATMUL_BAD = [
      "matmul_2d: B must be a 2-D tensor of logical shape (N, K), got a 3-D tensor of shape [2, 100, 300]"),
     ("Bs-1d", _set("Bs", lambda a, d: a["Bs"].reshape(-1)), RuntimeError,
      "matmul_2d: Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a 1-D tensor of shape [6]"),
+    ("Bs-0d", _set("Bs", lambda a, d: torch.tensor(0.5, device=d)), RuntimeError,
+     "matmul_2d: Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a 0-D tensor of shape [] "
+     "(hint: per-tensor scaling is not supported as such; pass the one scale as a block scale of logical shape "
+     "(ceil(N/128), ceil(K/128)), e.g. Bs.expand(ceil(N/128), ceil(K/128)), a view that costs no copy)"),
     ("Bs-float64", _set("Bs", lambda a, d: a["Bs"].double()), RuntimeError,
      "matmul_2d: Bs must be torch.float32 or torch.float8_e8m0fnu, got torch.float64"),
     ("block_size-64", _set("block_size", lambda a, d: [64, 64]), RuntimeError,
@@ -184,6 +197,11 @@ MATMUL_BAD = [
     ("k-mismatch", _set("B", lambda a, d: torch.zeros(200, 301, device=d).to(FN)), RuntimeError,
      "matmul_2d: A (..., K) and B (N, K) must have the same K, got A of shape [6, 300] (K = 300) and B of shape "
      "[200, 301] (K = 301)"),
+    # K beyond the bound, with expand()ed (zero-stride) operands: no memory is needed to express it.
+    *[(f"k-{k}", _huge_k_matmul(k), RuntimeError,
+       f"matmul_2d: K must be at most 2097151 (2^21 - 1: the longest sum every backend accumulates faithfully in "
+       f"fp32 and indexes), got K = {k} (A of shape [1, {k}]); split K into several calls and add their outputs")
+      for k in (2**21, 2**31 + 129, 2**32 + 256, 2**63 - 1)],
     ("Bs-transposed", _set("Bs", lambda a, d: a["Bs"].T), RuntimeError, BS_SHAPE + "[3, 2]"),
     ("Bs-vs-n", _set("Bs", lambda a, d: torch.ones(1, 3, device=d)), RuntimeError, BS_SHAPE + "[1, 3]"),
     ("scale-two-elements", _set("activation_scale", lambda a, d: torch.ones(1, 2, device=d)), RuntimeError,

@@ -88,11 +88,26 @@ def _set(name, make):
     return mutate
 
 
-def _huge_k(args):
-    dev = args["a"].device
-    huge = torch.zeros(1, 1, dtype=torch.uint8, device=dev).view(FNUZ).expand(1, 2**63 - 1)
-    args.update(a=huge, b=huge, a_scale=torch.ones(1, 1, device=dev), b_scale=torch.ones(1, 1, device=dev),
-                out=torch.empty(1, 1, dtype=torch.bfloat16, device=dev))
+def _expanded_k(k, scales_kb=None):
+    """a (1, K) and b (1, K) expand()ed from one byte: a K of any size without the memory; scales of ceil(K/128)
+    columns (or scales_kb), expanded too."""
+    def mutate(args):
+        dev = args["a"].device
+        one = torch.ones(1, 1, device=dev).to(FNUZ).expand(1, k)
+        kb = scales_kb if scales_kb is not None else k // 128 + (k % 128 != 0)
+        args.update(a=one, b=one, a_scale=torch.ones(1, 1, device=dev).expand(1, kb),
+                    b_scale=torch.ones(1, 1, device=dev).expand(1, kb),
+                    out=torch.empty(1, 1, dtype=torch.bfloat16, device=dev))
+    return mutate
+
+
+def _k_bound(k):
+    return (f"gemm: K must be at most 2097151 (2^21 - 1: the longest sum every backend accumulates faithfully in fp32 "
+            f"and indexes), got K = {k} (a of shape [1, {k}]); split K into several calls and add their outputs")
+
+
+PER_TENSOR_HINT = ("(hint: per-tensor scaling is not supported as such; pass the one scale as a block scale of logical "
+                   "shape {logical}, e.g. {name}.expand{logical}, a view that costs no copy)")
 
 
 # (id, mutation of valid(device), exception type, message(device), paths that can express it)
@@ -154,9 +169,14 @@ BAD_INPUTS = [
     ("out-columns-over-a", _out_columns_over_a, RuntimeError, "gemm: out must not overlap a in memory"),
     ("out-over-expanded-a_scale", _out_over_expanded_a_scale, RuntimeError, "gemm: out must not overlap a_scale"),
     ("out-over-b_scale", _out_over_b_scale, RuntimeError, "gemm: out must not overlap b_scale in memory"),
-    ("huge-k", _huge_k, RuntimeError,
-     "gemm: a_scale must have shape (M, ceil(K/128)) = [1, 72057594037927936] for a of shape "
-     "[1, 9223372036854775807], got [1, 1]"),
+    # K beyond the bound (with scales of the matching shape, or not: the bound comes first).
+    *[(f"k-{k}", _expanded_k(k), RuntimeError, _k_bound(k)) for k in (2**21, 2**31 + 129, 2**32 + 256, 2**63 - 1)],
+    ("k-huge-scales-1", _expanded_k(2**63 - 1, scales_kb=1), RuntimeError, _k_bound(2**63 - 1)),
+    # A 0-D (per-tensor) scale.
+    *[(f"{name}-0d", _set(name, lambda x: torch.tensor(2.0, device=x["a"].device)), RuntimeError,
+       f"gemm: {name} must be a 2-D tensor of logical shape {logical}, got a 0-D tensor of shape [] "
+       + PER_TENSOR_HINT.format(name=name, logical=logical))
+      for name, logical in (("a_scale", "(M, ceil(K/128))"), ("b_scale", "(ceil(N/128), ceil(K/128))"))],
 ]
 
 
@@ -242,3 +262,27 @@ def test_seed_tutorial_square_case(path):
     out = torch.empty(64, 64, dtype=torch.bfloat16, device=_device(path))
     with pytest.raises(RuntimeError, match=re.escape("pass a.T and b.T")):
         call(path, dict(out=out, a=a.T, b=b.T, a_scale=a_scale, b_scale=b_scale))
+
+
+@pytest.mark.parametrize("path", ["api", "raw", "api-meta", "raw-meta"])
+def test_largest_k_is_accepted_and_summed_exactly(path):
+    # K = 2^21 - 1 ones with unit scales, expand()ed: the sum is K, exact in fp32 (bf16 rounds it to 2^21).
+    args = valid(_device(path))
+    _expanded_k(2**21 - 1)(args)
+    meta = path.endswith("meta")
+    if not meta:
+        args["out"].fill_(float("nan"))
+    call(path, args)
+    if not meta:
+        assert args["out"].item() == float(2**21)
+
+
+@pytest.mark.parametrize("name", ["a_scale", "b_scale"])
+def test_per_tensor_scale_through_the_hinted_view(name):
+    # The hint's fix: a per-tensor scale expand()ed to the block scales' shape gives the per-tensor result.
+    a, b, a_scale, b_scale = make_inputs(M, N, K, FNUZ, "k_major", seed=5)
+    scale = torch.tensor(0.75)
+    blocks = dict(a_scale=a_scale, b_scale=b_scale)
+    blocks[name] = scale.expand(*blocks[name].shape)
+    out = gemm.gemm(a, b, blocks["a_scale"], blocks["b_scale"])
+    assert_close_challenge(out, reference_gemm(a, b, blocks["a_scale"].contiguous(), blocks["b_scale"].contiguous()))

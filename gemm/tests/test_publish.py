@@ -186,6 +186,22 @@ def test_benchmark_reference_is_the_formula():
         assert torch.equal(bm._reference(a, b, sa, sb), reference_gemm(a, b, sa, sb).to(torch.bfloat16))
 
 
+def test_benchmark_rows_are_named_after_the_shapes_that_run():
+    bm = _benchmark_module()
+    names = sorted(n[len("benchmark_"):] for n in dir(bm.GemmBenchmark) if n.startswith("benchmark_"))
+    on_gpu = torch.cuda.is_available()
+    assert len(names) == len(bm.WORKLOADS)
+    for name in names:
+        bench = bm.GemmBenchmark()
+        bench.device = "cuda" if on_gpu else "cpu"
+        getattr(bench, f"setup_{name}")()
+        m, n, k = (int(part[1:]) for part in name.split("_")[:3])
+        assert tuple(bench.a.shape) == (m, k) and tuple(bench.b.shape) == (n, k), name
+        assert tuple(bench.out.shape) == (m, n), name
+    if not on_gpu:
+        assert "m64_n96_k896_kmajor" in names and "m1024_n1536_k7168_kmajor" not in names
+
+
 def test_benchmark_verification_catches_wrong_kernels():
     bm = _benchmark_module()
 
@@ -204,9 +220,9 @@ def test_benchmark_verification_catches_wrong_kernels():
         bench = bm.GemmBenchmark()
         bench.kernel, bench.device = type("K", (), {"gemm": staticmethod(fn)})(), "cpu"
         torch.manual_seed(bench.seed)  # as the runner does before setup (the std check below depends on it)
-        bench.setup_m1024_n1536_k7168_mnmajor()
-        bench.benchmark_m1024_n1536_k7168_mnmajor()
-        ref = bench.verify_m1024_n1536_k7168_mnmajor()
+        bench.setup_m64_n96_k896_mnmajor()  # 1024x1536x7168 cut for the CPU
+        bench.benchmark_m64_n96_k896_mnmajor()
+        ref = bench.verify_m64_n96_k896_mnmajor()
         assert torch.allclose(bench.out, ref, atol=1e-2) is ok, name
     # Outputs stay where bf16 rounding (half an ulp: 2^-8 * 2^floor(log2|x|)) is below the runner's
     # atol of 1e-2, i.e. |out| < 4, while not being so small that the check is vacuous.

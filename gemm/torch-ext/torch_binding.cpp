@@ -83,11 +83,28 @@ std::string shape_str(at::IntArrayRef sizes) {
 // ceil(x / 128) without the overflow of x + 127 near INT64_MAX (a huge K must not print a negative size).
 int64_t ceil_blocks(int64_t x) { return x / kQuantBlock + (x % kQuantBlock != 0); }
 
+// For a 0-D scale: per-tensor scaling is not a mode of its own; an expand()ed view of it is.
+std::string scale_hint(const at::Tensor& t, const std::string& name, const std::string& logical) {
+  if (t.dim() != 0 || (name.find("scale") == std::string::npos && name != "Bs")) return "";
+  return " (hint: per-tensor scaling is not supported as such; pass the one scale as a block scale of logical shape " +
+         logical + ", e.g. " + name + ".expand" + logical + ", a view that costs no copy)";
+}
+
+// The largest K of gemm and matmul_2d (_validate.MAX_K): at most 2^14 K blocks, so the fp32 sum over the blocks
+// errs by at most 2^-10 of the sum of the terms' magnitudes, and within the CUDA kernels' 21-bit dimensions.
+constexpr int64_t kMaxK = (int64_t{1} << 21) - 1;
+
+void check_k(const char* op, int64_t k, const std::string& what) {
+  TORCH_CHECK(k <= kMaxK, op, ": K must be at most ", std::to_string(kMaxK),
+              " (2^21 - 1: the longest sum every backend accumulates faithfully in fp32 and indexes), got K = ",
+              std::to_string(k), " (", what, "); split K into several calls and add their outputs");
+}
+
 void check_2d(const at::Tensor& t, const char* name, const char* logical) {
   // A None passed for a Tensor argument arrives as an undefined tensor.
   TORCH_CHECK_TYPE(t.defined(), "gemm: ", name, " must be a torch.Tensor, got None");
   TORCH_CHECK(t.dim() == 2, "gemm: ", name, " must be a 2-D tensor of logical shape ", logical, ", got a ",
-              std::to_string(t.dim()), "-D tensor of shape ", shape_str(t.sizes()));
+              std::to_string(t.dim()), "-D tensor of shape ", shape_str(t.sizes()), scale_hint(t, name, logical));
 }
 
 // Shapes are judged against the scales. When they disagree, see whether transposing a and/or b
@@ -193,6 +210,7 @@ void check_inputs(const at::Tensor& out, const at::Tensor& a, const at::Tensor& 
               shape_str(a.sizes()), " (K = ", std::to_string(k), ") and b of shape ", shape_str(b.sizes()),
               " (K = ", std::to_string(b.size(1)), ")",
               transpose_hint(a, b, a_scale, b_scale));
+  check_k("gemm", k, "a of shape " + shape_str(a.sizes()));
   const int64_t kb = ceil_blocks(k), nb = ceil_blocks(n);
   TORCH_CHECK(a_scale.size(0) == m && a_scale.size(1) == kb,
               "gemm: a_scale must have shape (M, ceil(K/128)) = ", shape_str({m, kb}), " for a of shape ",
@@ -342,7 +360,8 @@ void check_matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   TORCH_CHECK(is_fp8_dtype(b.scalar_type()), op, ": B must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got ",
               dtype_name(b.scalar_type()));
   TORCH_CHECK(b_scale.dim() == 2, op, ": Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a ",
-              std::to_string(b_scale.dim()), "-D tensor of shape ", shape_str(b_scale.sizes()));
+              std::to_string(b_scale.dim()), "-D tensor of shape ", shape_str(b_scale.sizes()),
+              scale_hint(b_scale, "Bs", "(ceil(N/128), ceil(K/128))"));
   TORCH_CHECK(is_scale_dtype(b_scale.scalar_type()), op, ": Bs must be torch.float32 or torch.float8_e8m0fnu, got ",
               dtype_name(b_scale.scalar_type()));
   TORCH_CHECK(block_size.size() == 2 && block_size[0] == kQuantBlock && block_size[1] == kQuantBlock, op,
@@ -359,6 +378,7 @@ void check_matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   TORCH_CHECK(b.size(1) == k, op, ": A (..., K) and B (N, K) must have the same K, got A of shape ",
               shape_str(a.sizes()), " (K = ", std::to_string(k), ") and B of shape ", shape_str(b.sizes()), " (K = ",
               std::to_string(b.size(1)), ")");
+  check_k(op, k, "A of shape " + shape_str(a.sizes()));
   const int64_t nb = ceil_blocks(n), kb = ceil_blocks(k);
   TORCH_CHECK(b_scale.size(0) == nb && b_scale.size(1) == kb, op,
               ": Bs must have shape (ceil(N/128), ceil(K/128)) = ", shape_str({nb, kb}), " for B of shape ",

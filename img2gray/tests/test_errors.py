@@ -67,6 +67,12 @@ BAD_INPUTS = [
     ("image-rgba", _args((4, 5, 4)), RuntimeError,
      "img2gray: image must have 3 channels (RGB) in its last dimension, got 4 (shape [4, 5, 4]); for RGBA drop "
      "the alpha channel first: image[..., :3]"),
+    ("image-chw", _args((3, 4, 5), out_shape=(3, 4)), RuntimeError,
+     "img2gray: image must have 3 channels (RGB) in its last dimension, got 5 (shape [3, 4, 5]); a channels-first "
+     "(..., 3, H, W) image goes in as image.movedim(-3, -1), a view packed once"),
+    ("image-batched-chw", _args((2, 3, 4, 4), out_shape=(2, 3, 4)), RuntimeError,
+     "img2gray: image must have 3 channels (RGB) in its last dimension, got 4 (shape [2, 3, 4, 4]); a channels-first "
+     "(..., 3, H, W) image goes in as image.movedim(-3, -1)"),
     *[(f"image-{c}-channels", _args((4, 5, c)), RuntimeError,
        f"img2gray: image must have 3 channels (RGB) in its last dimension, got {c} (shape [4, 5, {c}])")
       for c in (1, 2, 5)],

@@ -64,7 +64,10 @@ void check_arguments(const at::Tensor& out, const at::Tensor& image) {
   TORCH_CHECK(image.dim() >= 3, "img2gray: image must have shape (..., H, W, 3), got ", std::to_string(image.dim()),
               "-D shape ", shape_str(image.sizes()));
   const int64_t channels = image.size(-1);
-  const std::string hint = channels == 4 ? "; for RGBA drop the alpha channel first: image[..., :3]" : "";
+  const std::string hint =
+      image.size(-3) == 3 ? "; a channels-first (..., 3, H, W) image goes in as image.movedim(-3, -1), a view packed once"
+      : channels == 4     ? "; for RGBA drop the alpha channel first: image[..., :3]"
+                          : "";
   TORCH_CHECK(channels == 3, "img2gray: image must have 3 channels (RGB) in its last dimension, got ",
               std::to_string(channels),
               " (shape ", shape_str(image.sizes()), ")", hint);

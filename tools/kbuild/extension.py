@@ -262,12 +262,15 @@ def build_extension_class(stamp_path: Path | None = None, stamp: str | None = No
         def build_extensions(self):
             import torch
 
-            saved = cpp_extension.COMMON_NVCC_FLAGS
+            from .progress import run_ninja
+
+            saved = cpp_extension.COMMON_NVCC_FLAGS, cpp_extension._run_ninja_build
             cpp_extension.COMMON_NVCC_FLAGS = nvcc_common_flags(torch.version.cuda)
+            cpp_extension._run_ninja_build = run_ninja  # a short line per file as its compilation starts
             try:
                 super().build_extensions()
             finally:
-                cpp_extension.COMMON_NVCC_FLAGS = saved
+                cpp_extension.COMMON_NVCC_FLAGS, cpp_extension._run_ninja_build = saved
 
         def run(self):
             if build_temp is not None:

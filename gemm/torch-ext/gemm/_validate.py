@@ -17,6 +17,10 @@ QUANT_BLOCK = 128
 FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)
 # Scales: float32, or UE8M0 (2^(code - 127)), which the binding converts exactly to float32.
 SCALE_DTYPES = (torch.float32, torch.float8_e8m0fnu)
+# The largest K of gemm and matmul_2d: at most 2^14 K blocks, so the fp32 sum over the blocks errs by at most
+# 2^14 * 2^-24 = 2^-10 of the sum of the terms' magnitudes (under the bf16 output's own rounding), and within the
+# 21-bit dimensions / 32-bit sizes of the CUDA kernels (the ROCm kernels allow up to 65535 K blocks).
+MAX_K = 2**21 - 1
 
 _LOGICAL = {
     "a": "(M, K)",
@@ -46,12 +50,30 @@ def check_tensor(t, name, op="gemm"):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {got}")
 
 
+def _scale_hint(t, name, logical):
+    """For a 0-D scale: per-tensor scaling is not a mode of its own; an expand()ed view of it is."""
+    if t.dim() != 0:
+        return ""
+    return (
+        f" (hint: per-tensor scaling is not supported as such; pass the one scale as a block scale of logical shape "
+        f"{logical}, e.g. {name}.expand{logical}, a view that costs no copy)"
+    )
+
+
 def check_2d(t, name):
     check_tensor(t, name)
     if t.dim() != 2:
         raise RuntimeError(
             f"gemm: {name} must be a 2-D tensor of logical shape {_LOGICAL[name]}, got a {t.dim()}-D tensor of "
-            f"shape {_shape(t)}"
+            f"shape {_shape(t)}" + (_scale_hint(t, name, _LOGICAL[name]) if name.endswith("scale") else "")
+        )
+
+
+def check_k(op, k, what):
+    if k > MAX_K:
+        raise RuntimeError(
+            f"{op}: K must be at most {MAX_K} (2^21 - 1: the longest sum every backend accumulates faithfully in "
+            f"fp32 and indexes), got K = {k} ({what}); split K into several calls and add their outputs"
         )
 
 
@@ -140,6 +162,7 @@ def check_inputs(out, a, b, a_scale, b_scale):
             f"gemm: a (M, K) and b (N, K) must have the same K, got a of shape {_shape(a)} (K = {k}) and b of shape "
             f"{_shape(b)} (K = {b.shape[1]})" + _transpose_hint(a, b, a_scale, b_scale)
         )
+    check_k("gemm", k, f"a of shape {_shape(a)}")
     kb, nb = _blocks(k), _blocks(n)
     if tuple(a_scale.shape) != (m, kb):
         raise RuntimeError(
@@ -263,7 +286,7 @@ def check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, a
     if b_scale.dim() != 2:
         raise RuntimeError(
             f"{op}: Bs must be a 2-D tensor of logical shape (ceil(N/128), ceil(K/128)), got a {b_scale.dim()}-D "
-            f"tensor of shape {_shape(b_scale)}"
+            f"tensor of shape {_shape(b_scale)}" + _scale_hint(b_scale, "Bs", "(ceil(N/128), ceil(K/128))")
         )
     if b_scale.dtype not in SCALE_DTYPES:
         raise RuntimeError(f"{op}: Bs must be torch.float32 or torch.float8_e8m0fnu, got {b_scale.dtype}")
@@ -291,6 +314,7 @@ def check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, a
             f"{op}: A (..., K) and B (N, K) must have the same K, got A of shape {_shape(a)} (K = {k}) and B of "
             f"shape {_shape(b)} (K = {b.shape[1]})"
         )
+    check_k(op, k, f"A of shape {_shape(a)}")
     if tuple(b_scale.shape) != (_blocks(n), _blocks(k)):
         raise RuntimeError(
             f"{op}: Bs must have shape (ceil(N/128), ceil(K/128)) = {_shape((_blocks(n), _blocks(k)))} for B of "

@@ -32,7 +32,11 @@ def check_image(image):
         raise RuntimeError(f"img2gray: image must have shape (..., H, W, 3), got {image.dim()}-D shape {_shape(image.shape)}")
     channels = image.shape[-1]
     if channels != 3:
-        hint = "; for RGBA drop the alpha channel first: image[..., :3]" if channels == 4 else ""
+        hint = ""
+        if image.shape[-3] == 3:
+            hint = "; a channels-first (..., 3, H, W) image goes in as image.movedim(-3, -1), a view packed once"
+        elif channels == 4:
+            hint = "; for RGBA drop the alpha channel first: image[..., :3]"
         raise RuntimeError(
             f"img2gray: image must have 3 channels (RGB) in its last dimension, got {channels} "
             f"(shape {_shape(image.shape)}){hint}"
