@@ -62,6 +62,14 @@ def _set(name, make):
 
 BOTH = ("matmul_batched", "matmul_grouped")
 
+
+def _huge_k(k):
+    def mutate(args, device):
+        args["A"] = torch.zeros(1, 1, device=device, dtype=torch.bfloat16).expand(S, k)
+        args["B"] = torch.zeros(1, 1, 1, device=device).to(FN).expand(E, N, k)
+        args["Bs"] = torch.ones(1, 1, 1, device=device).expand(E, 2, -(-k // 128))
+    return mutate
+
 # (id, ops it applies to, mutation, exception type, message ("{op}" is filled in; or a function of the device),
 #  paths that can express it)
 BAD = [
@@ -143,6 +151,11 @@ BAD = [
     ("K-mismatch", BOTH, _set("B", lambda a, d: torch.zeros(E, N, K + 1, device=d).to(FN)), RuntimeError,
      "{op}: A (S, K) and B (E, N, K) must have the same K, got A of shape [10, 300] (K = 300) and B of shape "
      "[3, 200, 301] (K = 301)"),
+    # K beyond the bound, with expand()ed (zero-stride) operands: no memory is needed to express it.
+    *[(f"K-{k}", BOTH, _huge_k(k), RuntimeError,
+       f"{{op}}: K must be at most 2097151 (2^21 - 1: the longest sum every backend accumulates faithfully in fp32 "
+       f"and indexes), got K = {k} (A of shape [10, {k}]); split K into several calls and add their outputs")
+      for k in (2**21, 2**31 + 129, 2**32 + 256)],
     ("Bs-vs-E", BOTH, _set("Bs", lambda a, d: torch.ones(E + 1, 2, 3, device=d)), RuntimeError,
      "{op}: Bs must have shape (E, ceil(N/128), ceil(K/128)) = [3, 2, 3] for B of shape [3, 200, 300], got [4, 2, 3]"),
     ("Bs-vs-N", BOTH, _set("Bs", lambda a, d: torch.ones(E, 1, 3, device=d)), RuntimeError,

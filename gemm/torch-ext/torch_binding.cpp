@@ -90,7 +90,7 @@ std::string scale_hint(const at::Tensor& t, const std::string& name, const std::
          logical + ", e.g. " + name + ".expand" + logical + ", a view that costs no copy)";
 }
 
-// The largest K of gemm and matmul_2d (_validate.MAX_K): at most 2^14 K blocks, so the fp32 sum over the blocks
+// The largest K of the GEMMs (_validate.MAX_K): at most 2^14 K blocks, so the fp32 sum over the blocks
 // errs by at most 2^-10 of the sum of the terms' magnitudes, and within the CUDA kernels' 21-bit dimensions.
 constexpr int64_t kMaxK = (int64_t{1} << 21) - 1;
 
@@ -643,6 +643,7 @@ void check_expert_shapes(const char* op, const at::Tensor& a, const at::Tensor& 
   TORCH_CHECK(b.size(2) == k, op, ": A (S, K) and B (E, N, K) must have the same K, got A of shape ",
               shape_str(a.sizes()), " (K = ", std::to_string(k), ") and B of shape ", shape_str(b.sizes()), " (K = ",
               std::to_string(b.size(2)), ")");
+  check_k(op, k, "A of shape " + shape_str(a.sizes()));
   const int64_t nb = ceil_blocks(n), kb = ceil_blocks(k);
   TORCH_CHECK(b_scale.size(0) == e && b_scale.size(1) == nb && b_scale.size(2) == kb, op,
               ": Bs must have shape (E, ceil(N/128), ceil(K/128)) = ", shape_str({e, nb, kb}), " for B of shape ",

@@ -17,7 +17,7 @@ QUANT_BLOCK = 128
 FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)
 # Scales: float32, or UE8M0 (2^(code - 127)), which the binding converts exactly to float32.
 SCALE_DTYPES = (torch.float32, torch.float8_e8m0fnu)
-# The largest K of gemm and matmul_2d: at most 2^14 K blocks, so the fp32 sum over the blocks errs by at most
+# The largest K of the GEMMs (gemm, matmul_2d and the expert GEMMs): at most 2^14 K blocks, so the fp32 sum over the blocks errs by at most
 # 2^14 * 2^-24 = 2^-10 of the sum of the terms' magnitudes (under the bf16 output's own rounding), and within the
 # 21-bit dimensions / 32-bit sizes of the CUDA kernels (the ROCm kernels allow up to 65535 K blocks).
 MAX_K = 2**21 - 1
@@ -377,6 +377,7 @@ def _check_expert_shapes(op, a, b, b_scale):
             f"{op}: A (S, K) and B (E, N, K) must have the same K, got A of shape {_shape(a)} (K = {k}) and B of "
             f"shape {_shape(b)} (K = {b.shape[2]})"
         )
+    check_k(op, k, f"A of shape {_shape(a)}")
     expected = (e, _blocks(n), _blocks(k))
     if tuple(b_scale.shape) != expected:
         raise RuntimeError(
