@@ -348,6 +348,17 @@ void check_act_quant(const at::Tensor& x, int64_t block_size, at::ScalarType dty
   check_activation_scale("fp8_act_quant", activation_scale, activation_scale_value, x, "x");
 }
 
+// block_size and output_dtype of matmul_2d and the expert GEMMs.
+void check_blocking_and_output(const char* op, at::IntArrayRef block_size, std::optional<at::ScalarType> output_dtype) {
+  TORCH_CHECK(block_size.size() == 2 && block_size[0] == kQuantBlock && block_size[1] == kQuantBlock, op,
+              ": block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only blocking "
+              "the kernels implement), got ",
+              shape_str(block_size));
+  TORCH_CHECK(!output_dtype.has_value() || is_activation_dtype(*output_dtype), op,
+              ": output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got ",
+              dtype_name(output_dtype.value_or(at::kFloat)));
+}
+
 void check_matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale, at::IntArrayRef block_size,
                      std::optional<at::ScalarType> output_dtype, const std::optional<at::Tensor>& activation_scale,
                      std::optional<double> activation_scale_value) {
@@ -364,13 +375,7 @@ void check_matmul_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
               scale_hint(b_scale, "Bs", "(ceil(N/128), ceil(K/128))"));
   TORCH_CHECK(is_scale_dtype(b_scale.scalar_type()), op, ": Bs must be torch.float32 or torch.float8_e8m0fnu, got ",
               dtype_name(b_scale.scalar_type()));
-  TORCH_CHECK(block_size.size() == 2 && block_size[0] == kQuantBlock && block_size[1] == kQuantBlock, op,
-              ": block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only blocking "
-              "the kernels implement), got ",
-              shape_str(block_size));
-  TORCH_CHECK(!output_dtype.has_value() || is_activation_dtype(*output_dtype), op,
-              ": output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got ",
-              dtype_name(output_dtype.value_or(at::kFloat)));
+  check_blocking_and_output(op, block_size, output_dtype);
   for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&b, "B"}, {&b_scale, "Bs"}})
     TORCH_CHECK(t->device() == a.device(), op, ": all tensors must be on the same device; A is on ", a.device().str(),
                 " but ", name, " is on ", t->device().str());
@@ -629,13 +634,7 @@ void check_expert_operands(const char* op, const at::Tensor& a, const at::Tensor
   check_dims(op, b_scale, "Bs", 3, "(E, ceil(N/128), ceil(K/128))");
   TORCH_CHECK(is_scale_dtype(b_scale.scalar_type()), op, ": Bs must be torch.float32 or torch.float8_e8m0fnu, got ",
               dtype_name(b_scale.scalar_type()));
-  TORCH_CHECK(block_size.size() == 2 && block_size[0] == kQuantBlock && block_size[1] == kQuantBlock, op,
-              ": block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only blocking "
-              "the kernels implement), got ",
-              shape_str(block_size));
-  TORCH_CHECK(!output_dtype.has_value() || is_activation_dtype(*output_dtype), op,
-              ": output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got ",
-              dtype_name(output_dtype.value_or(at::kFloat)));
+  check_blocking_and_output(op, block_size, output_dtype);
 }
 
 void check_expert_shapes(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& b_scale) {

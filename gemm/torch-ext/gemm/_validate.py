@@ -290,19 +290,7 @@ def check_matmul_2d(a, b, b_scale, block_size, output_dtype, activation_scale, a
         )
     if b_scale.dtype not in SCALE_DTYPES:
         raise RuntimeError(f"{op}: Bs must be torch.float32 or torch.float8_e8m0fnu, got {b_scale.dtype}")
-    if not (
-        isinstance(block_size, (list, tuple))
-        and len(block_size) == 2
-        and all(isinstance(s, int) and not isinstance(s, bool) and s == QUANT_BLOCK for s in block_size)
-    ):
-        raise RuntimeError(
-            f"{op}: block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only "
-            f"blocking the kernels implement), got {_block_size_str(block_size)}"
-        )
-    if output_dtype is not None and output_dtype not in ACT_DTYPES:
-        raise RuntimeError(
-            f"{op}: output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got {output_dtype}"
-        )
+    _check_blocking_and_output(op, block_size, output_dtype)
     for name, t in (("B", b), ("Bs", b_scale)):
         if t.device != a.device:
             raise RuntimeError(
@@ -338,7 +326,8 @@ def _check_dims(op, t, name, dims, logical):
         )
 
 
-def _check_block_size(op, block_size):
+def _check_blocking_and_output(op, block_size, output_dtype):
+    """block_size and output_dtype of matmul_2d and the expert GEMMs."""
     if not (
         isinstance(block_size, (list, tuple))
         and len(block_size) == 2
@@ -347,6 +336,10 @@ def _check_block_size(op, block_size):
         raise RuntimeError(
             f"{op}: block_size must be [128, 128] (128x128 weight blocks with 1x128 activation groups, the only "
             f"blocking the kernels implement), got {_block_size_str(block_size)}"
+        )
+    if output_dtype is not None and output_dtype not in ACT_DTYPES:
+        raise RuntimeError(
+            f"{op}: output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got {output_dtype}"
         )
 
 
@@ -362,11 +355,7 @@ def _check_expert_operands(op, a, b, b_scale, block_size, output_dtype):
     _check_dims(op, b_scale, "Bs", 3, "(E, ceil(N/128), ceil(K/128))")
     if b_scale.dtype not in SCALE_DTYPES:
         raise RuntimeError(f"{op}: Bs must be torch.float32 or torch.float8_e8m0fnu, got {b_scale.dtype}")
-    _check_block_size(op, block_size)
-    if output_dtype is not None and output_dtype not in ACT_DTYPES:
-        raise RuntimeError(
-            f"{op}: output_dtype must be None, torch.bfloat16, torch.float16 or torch.float32, got {output_dtype}"
-        )
+    _check_blocking_and_output(op, block_size, output_dtype)
 
 
 def _check_expert_shapes(op, a, b, b_scale):
