@@ -13,19 +13,14 @@ import json
 import math
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 from act_quant_reference import act_quant_ref, fp8_values, special_values
-from host_cxx import host_cxx
+from emulation_build import SKIP_WITHOUT_HOST_COMPILER, build_driver
 
-GEMM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EMU_DIR = os.path.join(GEMM_DIR, "tests", "emulation")
-CXXFLAGS = ["-std=c++20", "-O2", "-g0", "-Wall", "-Wextra", "-Werror", "-Wno-psabi", "-Wno-unknown-pragmas",
-            "-DFP8GEMM_SIMT_EMULATION", "-pthread"]
 RUN_TIMEOUT_S = 300
 FORMAT = {"e4m3fnuz": 0, "e4m3fn": 1}
 DTYPE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -33,21 +28,12 @@ ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_ROW_DIMS = 4
 
 
-CXX = host_cxx()
-pytestmark = [
-    pytest.mark.skipif(CXX is None, reason="no C++ compiler"),
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the SIMT emulator needs Linux"),
-]
+pytestmark = SKIP_WITHOUT_HOST_COMPILER
 
 
 @pytest.fixture(scope="session")
 def driver(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("act_quant_emulation") / "gfx942_act_quant_driver")
-    cmd = [CXX, *CXXFLAGS, f"-I{os.path.join(GEMM_DIR, 'gemm')}", f"-I{EMU_DIR}", f"-I{os.path.join(GEMM_DIR, 'include')}",
-           os.path.join(EMU_DIR, "gfx942_act_quant_driver.cpp"), "-o", out]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"compile failed:\n{' '.join(cmd)}\n{r.stderr[-6000:]}"
-    return out
+    return build_driver(tmp_path_factory.mktemp("act_quant_emulation"), "gfx942_act_quant_driver", timeout=600)
 
 
 def emulate(driver, tmp_path, x, kind, static_scale=None, static_in_memory=True, pad=0, grid=None):

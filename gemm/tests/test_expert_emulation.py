@@ -13,40 +13,26 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-from host_cxx import host_cxx
+from emulation_build import CXX, CXXFLAGS, EMU_DIR, GEMM_DIR, SKIP_WITHOUT_HOST_COMPILER, build_driver
 from reference import reference_gemm
 
-GEMM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EMU_DIR = os.path.join(GEMM_DIR, "tests", "emulation")
-CXXFLAGS = ["-std=c++20", "-O2", "-g0", "-Wall", "-Wextra", "-Werror", "-Wno-psabi", "-Wno-unknown-pragmas",
-            "-DFP8GEMM_SIMT_EMULATION", "-pthread"]
 RUN_TIMEOUT_S = 300
 RTOL, ATOL = 2e-2, 1e-3  # the challenge's tolerance, as the dense GEMM's emulation tests
 FP8 = {"e4m3fnuz": torch.float8_e4m3fnuz, "e4m3fn": torch.float8_e4m3fn}
 FORMAT = {"e4m3fnuz": 0, "e4m3fn": 1}
 IDS_DTYPE = {torch.int8: 0, torch.uint8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4}
 
-CXX = host_cxx()
-pytestmark = [
-    pytest.mark.skipif(CXX is None, reason="no C++ compiler"),
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the SIMT emulator needs Linux"),
-]
+pytestmark = SKIP_WITHOUT_HOST_COMPILER
 
 
 @pytest.fixture(scope="session")
 def driver(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("expert_emulation") / "gfx942_expert_driver")
-    cmd = [CXX, *CXXFLAGS, f"-I{os.path.join(GEMM_DIR, 'gemm')}", f"-I{EMU_DIR}", f"-I{os.path.join(GEMM_DIR, 'include')}",
-           os.path.join(EMU_DIR, "gfx942_expert_driver.cpp"), "-o", out]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, f"compile failed:\n{' '.join(cmd)}\n{r.stderr[-6000:]}"
-    return out
+    return build_driver(tmp_path_factory.mktemp("expert_emulation"), "gfx942_expert_driver", timeout=900)
 
 
 def write_tensor(d, name, x, pad=0):
