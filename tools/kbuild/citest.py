@@ -24,6 +24,7 @@ from pathlib import Path
 from .config import load_config
 from .cutlass import cache_dir
 from .extension import stage_dir
+from .toolchain import install_wheels
 from .variant import build_variant
 
 NO_TESTS_COLLECTED = 5
@@ -44,17 +45,7 @@ def pinned_kernels_dir() -> Path:
 def install_pinned_kernels(log=print) -> Path:
     """``pip install --target`` :data:`PINNED_KERNELS` into the kbuild cache (nothing if already there)."""
     root = pinned_kernels_dir()
-    marker = root / ".installed"
-    if marker.is_file() and marker.read_text().split() == list(PINNED_KERNELS):
-        log(f"kernels {PINNED_KERNELS_VERSION}: cached in {root}")
-        return root
-    import shutil
-
-    shutil.rmtree(root, ignore_errors=True)
-    log(f"kernels {PINNED_KERNELS_VERSION}: pip install --target {root} " + " ".join(PINNED_KERNELS))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
-                    "--target", str(root), *PINNED_KERNELS], check=True)
-    marker.write_text("\n".join(PINNED_KERNELS) + "\n")
+    install_wheels(root, PINNED_KERNELS, f"kernels {PINNED_KERNELS_VERSION}", log)
     return root
 
 

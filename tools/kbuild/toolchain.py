@@ -53,20 +53,31 @@ def install_cuda(log=print, cuda: str = DEFAULT_CUDA) -> Path:
         raise ValueError(f"no PyPI nvcc for CUDA {cuda}: kbuild installs {', '.join(CUDA_TOOLKITS)}")
     version, wheels = CUDA_TOOLKITS[cuda]
     root, nvcc = cuda_root(cuda), cached_nvcc(cuda)
+
+    def check():
+        text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+        if f"V{version}" not in text:
+            raise RuntimeError(f"{nvcc} reports {text.strip()!r}, expected V{version}")
+
+    if install_wheels(root, wheels, f"nvcc {version}", log, present=nvcc.is_file, check=check):
+        log(f"nvcc {version}: installed in {root}")
+    return nvcc
+
+
+def install_wheels(root: Path, wheels, what: str, log=print, present=lambda: True, check=lambda: None) -> bool:
+    """``pip install --target root`` the pinned wheels unless root's marker lists them already (and ``present()``);
+    ``check()`` runs before the marker is written. True when it installed them now."""
     marker = root / ".installed"
-    if marker.is_file() and marker.read_text().split() == list(wheels) and nvcc.is_file():
-        log(f"nvcc {version}: cached in {root}")
-        return nvcc
+    if marker.is_file() and marker.read_text().split() == list(wheels) and present():
+        log(f"{what}: cached in {root}")
+        return False
     shutil.rmtree(root, ignore_errors=True)
-    log(f"nvcc {version}: pip install --target {root} " + " ".join(wheels))
+    log(f"{what}: pip install --target {root} " + " ".join(wheels))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
                     "--target", str(root), *wheels], check=True)
-    text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
-    if f"V{version}" not in text:
-        raise RuntimeError(f"{nvcc} reports {text.strip()!r}, expected V{version}")
+    check()
     marker.write_text("\n".join(wheels) + "\n")
-    log(f"nvcc {version}: installed in {root}")
-    return nvcc
+    return True
 
 
 def find_nvcc() -> str | None:
