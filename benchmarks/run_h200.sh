@@ -15,6 +15,11 @@
 #   test=ARGS       pytest ARGS (default gemm/tests), log in pytest.log
 #   bench=ARGS      benchmarks/gemm_bench.py ARGS -> gemm_h200.{json,md,png,log}
 #   img2gray-bench  benchmarks/img2gray_bench.py -> img2gray_h200.{json,md,png}
+#   deepgemm        unpacks .cache/deepgemm.tar.xz (benchmarks/pack_deepgemm.sh: a DeepGEMM checkout with the
+#                   CUTLASS and {fmt} it pins; carried, never committed) to /tmp/DeepGEMM, builds its extension
+#                   there (log in build_deepgemm.log) and exports PYTHONPATH / DG_JIT_CACHE_DIR for the later steps;
+#                   a JIT cache carried as .cache/deepgemm-jit.tar.xz is unpacked into DG_JIT_CACHE_DIR first
+#   deepgemm-jit-out  packs DG_JIT_CACHE_DIR into $OUT/deepgemm-jit.tar.xz (carry it back to skip recompiles)
 #   moe-bench=ARGS  benchmarks/moe_bench.py ARGS -> moe_<gpu>.{json,md}; needs finegrained-fp8 v4's torch-ext
 #                   package copied to .cache/finegrained_fp8_v4 (carried; never committed)
 #
@@ -48,6 +53,20 @@ for arg in "$@"; do
       timeout 420 python3 -m pytest ${args:-gemm/tests} -q -p no:cacheprovider --maxfail=10 > "$OUT/pytest.log" 2>&1
       step "pytest rc=$?: $(tail -1 "$OUT/pytest.log")"
       grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -10 | cut -c1-300 ;;
+    deepgemm)
+      # DeepGEMM's extension, built against the same torch, segfaults on its first call unless the process
+      # loads the system's newer libstdc++ before torch's.
+      export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6 DG_JIT_CACHE_DIR=/tmp/deepgemm-jit
+      export PYTHONPATH="/tmp/DeepGEMM${PYTHONPATH:+:$PYTHONPATH}"
+      rm -rf /tmp/DeepGEMM && tar -xJf .cache/deepgemm.tar.xz -C /tmp
+      mkdir -p "$DG_JIT_CACHE_DIR"
+      [ -f .cache/deepgemm-jit.tar.xz ] && tar -xJf .cache/deepgemm-jit.tar.xz -C "$DG_JIT_CACHE_DIR"
+      (cd /tmp/DeepGEMM && ln -sfn "$PWD/third-party/cutlass/include/cutlass" deep_gemm/include/cutlass &&
+         ln -sfn "$PWD/third-party/cutlass/include/cute" deep_gemm/include/cute &&
+         MAX_JOBS=16 timeout 400 python3 setup.py build_ext --inplace) > "$OUT/build_deepgemm.log" 2>&1
+      step "deepgemm build rc=$?: $(python3 -c 'import deep_gemm; print(deep_gemm.__version__, deep_gemm.__file__)' 2>&1 | tail -1 | cut -c1-200)" ;;
+    deepgemm-jit-out)
+      tar -cJf "$OUT/deepgemm-jit.tar.xz" -C "$DG_JIT_CACHE_DIR" . && step "deepgemm jit cache: $(du -sh "$OUT/deepgemm-jit.tar.xz" | cut -f1)" ;;
     moe-bench=*|moe-bench)
       args="${arg#moe-bench}"; args="${args#=}"
       timeout 540 python3 benchmarks/moe_bench.py --v4 .cache/finegrained_fp8_v4 --out "$OUT" ${args} \
