@@ -3,7 +3,8 @@
 # benchmarks. Logs and results land in $OUT (the device tool brings them back).
 #
 #   bash benchmarks/run_h200.sh [publish-deps] [build] [img2gray] [test[=PYTEST_ARGS]] [bench[=GEMM_BENCH_ARGS]]
-#                               [img2gray-bench]
+#                               [img2gray-bench] [deepgemm] [deepgemm-jit-out] [moe-bench[=ARGS]]
+#                               [dg-bench[=DEEPGEMM_BENCH_ARGS]]
 #
 #   publish-deps    installs kernels, kernel-abi-check and tabulate (ci/requirements.txt's pins, which the
 #                   publishing tests need) from wheels carried in .cache/device-wheels, filled beforehand by
@@ -22,6 +23,9 @@
 #   deepgemm-jit-out  packs DG_JIT_CACHE_DIR into $OUT/deepgemm-jit.tar.xz (carry it back to skip recompiles)
 #   moe-bench=ARGS  benchmarks/moe_bench.py ARGS -> moe_<gpu>.{json,md}; needs finegrained-fp8 v4's torch-ext
 #                   package copied to .cache/finegrained_fp8_v4 (carried; never committed)
+#   dg-bench=ARGS   benchmarks/deepgemm_bench.py ARGS -> deepgemm_<gpu>.{json,md}: ours, DeepGEMM, CUTLASS and torch
+#                   in one process; after the deepgemm step (its PYTHONPATH / LD_PRELOAD / DG_JIT_CACHE_DIR), or it
+#                   runs without DeepGEMM and says so
 #
 # The CUTLASS headers (build.toml: cutlass_4_4) travel with the call: carry .cache/cutlass-4.4.2, which
 # ci/setup.sh (python tools/kbuild fetch-cutlass gemm) fills, and .cache/device-wheels for publish-deps;
@@ -77,6 +81,11 @@ for arg in "$@"; do
       timeout 300 python3 benchmarks/img2gray_bench.py --out "$OUT" > "$OUT/img2gray_bench_stdout.log" 2>&1
       step "img2gray_bench rc=$?"
       tail -8 "$OUT/img2gray_bench_stdout.log" | cut -c1-250 ;;
+    dg-bench=*|dg-bench)
+      args="${arg#dg-bench}"; args="${args#=}"
+      timeout 560 python3 benchmarks/deepgemm_bench.py --out "$OUT" ${args} > "$OUT/deepgemm_bench_stdout.log" 2>&1
+      step "deepgemm_bench rc=$?"
+      tail -12 "$OUT/deepgemm_bench_stdout.log" | cut -c1-250 ;;
     bench=*|bench)
       args="${arg#bench}"; args="${args#=}"
       timeout 540 python3 benchmarks/gemm_bench.py --out "$OUT" ${args} > "$OUT/bench_stdout.log" 2>&1
