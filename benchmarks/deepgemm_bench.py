@@ -591,6 +591,7 @@ def main():
             log(f"deepgemm warm-up failed: {e}")
 
     timer = Timer(torch, args.reps)
+    last_write = time.time()
     done = {}
     ready_counts = {}
     any_ours_failed = False
@@ -635,12 +636,19 @@ def main():
                 f"torch {brief('torch_blockwise')} per-tensor {brief('torch_tensorwise')} us; DG/ours "
                 f"{gb.fmt(row.get('dg_over_ours'), '.3f')} torch/ours {gb.fmt(row.get('torch_over_ours'), '.3f')}")
             torch.cuda.empty_cache()
+            if time.time() - last_write > 20:  # a run killed from outside keeps what it measured
+                try:
+                    write_outputs(data, args.out)
+                except Exception:
+                    log(traceback.format_exc()[-1500:])
+                last_write = time.time()
         if dg is not None:
             data["deepgemm"]["sfa_ready_summary"] = ", ".join(
                 f"{'yes' if key else ('no' if key is False else 'unknown')} on {v} shapes"
                 for key, v in ready_counts.items()) or "?"
         try:
-            write_outputs(data, args.out)  # after every suite, so a run cut short keeps what it measured
+            write_outputs(data, args.out)
+            last_write = time.time()
             s = data["summary"][name]
             log(f"suite {name} done in {time.time() - t_suite:.0f} s: DG/ours geomean "
                 f"{gb.fmt(s['geomean_dg_over_ours'], '.3f')}, behind DeepGEMM on {s['behind_deepgemm']} of "
