@@ -4,7 +4,9 @@
 // * tiled path (e4m3fn operands in the layouts TMA reads: K-contiguous 16-byte rows, n % 8 == 0): a small
 //   routing kernel turns the routing into row segments per expert (matmul_grouped: the offsets, clamped;
 //   matmul_batched: a counting sort of the rows by expert, then the activation rows gathered in that
-//   order), then the sm90 tile kernel walks (expert segment, M block, N block) tiles;
+//   order), then the sm90 tile kernel walks (expert segment, M block, N block) tiles; or, with at most
+//   one row per expert on average (decode), the decode kernel in expert mode streams each hit expert's
+//   weight once (sm90_decode.h), for matmul_grouped straight from the offsets (no routing kernel);
 // * generic path (everything else: e4m3fnuz, odd K, N or strides): one CUDA-core kernel, exact in the CPU
 //   backend's arithmetic order, one output row slice per block.
 // Rows that belong to no expert are written with zeros.
@@ -15,8 +17,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "gemm_cuda.h"
+#include "sm90_decode.h"
 #include "sm90_kernel_args.h"
 
 namespace fp8gemm::cuda {
@@ -255,6 +260,7 @@ __global__ void __launch_bounds__(kGenericThreads) expert_gemm_generic_kernel(Ex
 // ------------------------------------------------------------------------------------------------
 struct Plan {
   bool tiled = false;
+  bool decode = false;  // the decode kernel in expert mode, chunks of bm rows
   int bm = 64;
   size_t off_seg = 0, off_perm = 0, off_row_map = 0, off_a = 0, off_sfa = 0, total = 0;
   int64_t sfa_ld = 0;  // sorted a_scale's row stride per K block (batched, tiled)
@@ -276,11 +282,30 @@ bool tiled_layout(const ExpertGemmProblem& p) {
          p.out_stride_s == p.n && aligned16(p.out);
 }
 
+// GEMM_CUDA_EXPERT_KERNEL=decode|tiles forces one of the two kernels where the layout allows it (the tests
+// run both on every case; a tuning tool). Read per call, like GEMM_CUDA_CONFIG.
+enum class ForcedKernel { kNone, kDecode, kTiles };
+ForcedKernel forced_expert_kernel() {
+  const char* v = std::getenv("GEMM_CUDA_EXPERT_KERNEL");
+  if (v == nullptr) return ForcedKernel::kNone;
+  const std::string s(v);
+  return s == "decode" ? ForcedKernel::kDecode : s == "tiles" ? ForcedKernel::kTiles : ForcedKernel::kNone;
+}
+
 Plan make_plan(const ExpertGemmProblem& p) {
   Plan pl;
   pl.tiled = tiled_layout(p);
-  // Experts of few rows (decode, small batches) waste less of a 64-row tile.
-  pl.bm = p.s <= 64 * p.experts ? 64 : 128;
+  // At most one row per expert on average (decode) the time is streaming the hit experts' weights, and the
+  // decode kernel's deeper ring and fused routing win; with more rows the tile kernel is as fast or faster
+  // (H100, benchmarks/moe_bench.py). Experts of few rows waste less of a 64-row tile.
+  const int chunk = sm90::decode_expert_chunk_rows(p.s, p.experts);  // rows per chunk of the decode kernel
+  const bool decode_ok = pl.tiled && p.experts <= sm90::kDecodeMaxExperts;
+  switch (forced_expert_kernel()) {
+    case ForcedKernel::kDecode: pl.decode = decode_ok; break;
+    case ForcedKernel::kTiles: pl.decode = false; break;
+    default: pl.decode = decode_ok && p.s <= p.experts;
+  }
+  pl.bm = pl.decode ? chunk : p.s <= 64 * p.experts ? 64 : 128;
   size_t off = 0;
   if (pl.tiled || p.routing == ExpertRouting::kSortedOffsets) {
     pl.off_seg = off;
@@ -349,7 +374,9 @@ cudaError_t expert_gemm(const ExpertGemmProblem& p, void* workspace, size_t work
   int32_t* seg = pl.total > 0 ? at<int32_t>(workspace, pl.off_seg) : nullptr;
   const int experts = static_cast<int>(p.experts);
   cudaError_t err = cudaSuccess;
-  if (p.routing == ExpertRouting::kSortedOffsets) {
+  // matmul_grouped on the decode kernel: its CTAs read the offsets themselves (no routing kernel).
+  const bool fused_offsets = pl.decode && p.routing == ExpertRouting::kSortedOffsets;
+  if (p.routing == ExpertRouting::kSortedOffsets && !fused_offsets) {
     const int grid = static_cast<int>(std::min<int64_t>(sms, std::max<int64_t>(1, ceil_div(p.s, kRouteThreads / 32))));
     err = launch(grouped_segments_kernel, grid, kRouteThreads, 0, stream, after_producer, p, pl.bm, seg);
     if (err != cudaSuccess) return err;
@@ -358,6 +385,30 @@ cudaError_t expert_gemm(const ExpertGemmProblem& p, void* workspace, size_t work
     const int64_t items = p.s * ceil_div(p.n, kGenericThreads);
     const int grid = static_cast<int>(std::min<int64_t>(items, int64_t(sms) * 16));
     return launch(expert_gemm_generic_kernel, grid, kGenericThreads, 0, stream, false, p, static_cast<const int32_t*>(seg));
+  }
+
+  sm90::DecodeArgs d;
+  d.m = static_cast<int32_t>(p.s);
+  d.n = static_cast<int32_t>(p.n);
+  d.k = static_cast<int32_t>(p.k);
+  d.b = p.b;
+  d.ldb = p.b_stride_n;
+  d.sb = p.b_scale;
+  d.sb_stride_nb = p.b_scale_stride_nb;
+  d.sb_stride_kb = p.b_scale_stride_kb;
+  d.sb_stride_e = p.b_scale_stride_e;
+  d.out = p.out;
+  d.out_stride_m = p.out_stride_s;
+  d.out_stride_n = 1;
+  d.sm_count = sms;
+  d.overlap_previous = true;  // after the routing kernel
+  d.segments = seg;
+  d.experts = experts;
+  if (fused_offsets) {
+    d.overlap_previous = after_producer;
+    d.segments = nullptr;
+    d.offsets = p.offsets;
+    d.offsets_stride = p.offsets_stride;
   }
 
   sm90::ExpertArgs e;
@@ -384,6 +435,11 @@ cudaError_t expert_gemm(const ExpertGemmProblem& p, void* workspace, size_t work
     a.sfa = p.a_scale;
     a.sfa_ld = static_cast<int32_t>(p.a_scale_stride_kb);
     a.sfa_rows = static_cast<int32_t>(p.s);
+    d.a = p.a;
+    d.lda = p.a_stride_s;
+    d.sa = p.a_scale;
+    d.sa_stride_m = p.a_scale_stride_s;
+    d.sa_stride_kb = p.a_scale_stride_kb;
   } else {
     int32_t* perm = at<int32_t>(workspace, pl.off_perm);
     int32_t* row_map = at<int32_t>(workspace, pl.off_row_map);
@@ -406,7 +462,14 @@ cudaError_t expert_gemm(const ExpertGemmProblem& p, void* workspace, size_t work
     a.sfa_ld = static_cast<int32_t>(pl.sfa_ld);
     a.sfa_rows = static_cast<int32_t>(p.s);
     e.row_map = row_map;
+    d.a = a_sorted;
+    d.lda = p.k;
+    d.sa = sfa_sorted;
+    d.sa_stride_m = 1;
+    d.sa_stride_kb = pl.sfa_ld;
+    d.row_map = row_map;
   }
+  if (pl.decode) return sm90::decode_can_implement(d) ? sm90::decode_run(d, stream) : cudaErrorInvalidValue;
   if (!sm90::expert_tiles_can_implement(e)) return cudaErrorInvalidValue;
   return pl.bm == 64 ? sm90::expert_tile64x128_run(e, stream) : sm90::expert_tile128x128_run(e, stream);
 }

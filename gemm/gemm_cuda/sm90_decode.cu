@@ -44,7 +44,8 @@ struct Cfg {
   static constexpr int kOffSa = kOffX + kStages * kXBytes;
   static constexpr int kOffSb = kOffSa + kStages * BT * 4;
   static constexpr int kOffBar = (kOffSb + kStages * 4 + 7) / 8 * 8;
-  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOffBar + 2 * kStages * 8;
+  static constexpr int kOffSeg = kOffBar + 2 * kStages * 8;  // expert mode: the segments (3E + 1 ints)
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOffSeg;
   static_assert(BT == 8 || BT == 16 || BT == 32 || BT == 64, "BT: a Wgmma<> specialisation");
   static_assert(kMathWGs == 1 || kMathWGs == 2, "a CTA's weight rows lie in one 128-row b_scale block");
   static_assert(kWBytes % 1024 == 0 && kXBytes % 1024 == 0, "1024-byte aligned swizzled tiles");
@@ -62,12 +63,85 @@ struct Params {
   int64_t out_sm, out_sn;
   float alpha;
   int32_t kb_per_split;  // K blocks per CTA of a cluster
+  // Expert mode (segments or offsets set; see DecodeArgs).
+  const int32_t* segments;
+  int32_t experts;
+  int64_t sb_se;
+  const int32_t* row_map;
+  const int32_t* offsets;
+  int64_t offsets_stride;
 };
+
+// One unit of work: weight rows [n0, n0 + BW) of `expert` (rows wrow.. of the stacked weights) against
+// activation rows [row0, row0 + rows).
+struct Unit {
+  int n0, wrow, row0, rows, expert;
+};
+
+// Unit u of `units`. Dense: weight tile u, every activation row. Expert mode: weight tile u / chunks of
+// chunk u % chunks (chunks of one tile run side by side, so an expert's chunks share its weight in L2);
+// seg = the segments staged in shared memory.
+template <class C>
+__device__ __forceinline__ Unit unit_of(const Params& p, const int* seg, int chunks, int u) {
+  if (p.segments == nullptr && p.offsets == nullptr) return {u * C::BW, u * C::BW, 0, p.m, 0};
+  const int t = u / chunks, c = u % chunks;
+  const int* prefix = seg + 2 * p.experts;
+  // The last expert whose first chunk is <= c (experts without chunks repeat the prefix before them).
+  int lo = 0, hi = p.experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (prefix[mid] <= c) lo = mid;
+    else hi = mid - 1;
+  }
+  const int row0 = seg[lo] + (c - prefix[lo]) * C::BT;
+  return {t * C::BW, lo * p.n + t * C::BW, row0, min(C::BT, seg[p.experts + lo] - row0), lo};
+}
 
 __device__ __forceinline__ uint16_t bf16_rne(float f) {
   const uint32_t u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Expert mode from offsets: the segments of DecodeArgs::segments (chunks of bt rows) in seg, whose end
+// rows seg[E, 2E) hold the offsets clamped into [0, m] (loaded by the whole CTA). One warp, 32 experts at
+// a time: the ends' running maximum and the chunk counts' prefix by shuffles.
+__device__ void segments_from_offsets(const Params& p, int bt, int* seg) {
+  const int lane = threadIdx.x % 32, experts = p.experts;
+  int run_end = 0, run_chunks = 0;
+  for (int base = 0; base < experts; base += 32) {
+    const int e = base + lane;
+    int end = e < experts ? seg[experts + e] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, end, o);
+      if (lane >= o) end = max(end, u);
+    }
+    end = max(end, run_end);
+    int start = __shfl_up_sync(0xffffffffu, end, 1);
+    if (lane == 0) start = run_end;
+    const int count = e < experts ? (end - start + bt - 1) / bt : 0;
+    int incl = count;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += u;
+    }
+    if (e < experts) {
+      seg[e] = start;
+      seg[experts + e] = end;
+      seg[2 * experts + e] = run_chunks + incl - count;
+    }
+    run_end = __shfl_sync(0xffffffffu, end, 31);
+    run_chunks += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  if (lane == 0) seg[3 * experts] = run_chunks;
+}
+
+// The output row of activation row `tok` of unit w.
+__device__ __forceinline__ int64_t out_row(const Params& p, const Unit& w, int tok) {
+  const int r = w.row0 + tok;
+  return p.row_map != nullptr ? int64_t(p.row_map[r]) : int64_t(r);
 }
 
 __device__ __forceinline__ uint32_t cluster_nctarank() {
@@ -99,6 +173,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
 
   const uint32_t split = cluster_ctarank(), nsplit = cluster_nctarank();
   const int tiles = (p.n + C::BW - 1) / C::BW;
+  int* seg = reinterpret_cast<int*>(smem + C::kOffSeg);
   const int num_kb = (p.k + kBlockK - 1) / kBlockK;
   const int kb0 = int(split) * p.kb_per_split;
   const int kb1 = min(num_kb, kb0 + p.kb_per_split);
@@ -115,6 +190,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
   // As a programmatic dependent of the preparation pass, the set-up above overlaps its tail; nothing
   // below reads its outputs before it has completed. Without the launch attribute this returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  int chunks = 1;
+  if (p.segments != nullptr) {
+    for (int i = threadIdx.x; i <= 3 * p.experts; i += C::kThreads) seg[i] = p.segments[i];
+    __syncthreads();
+    chunks = seg[3 * p.experts];
+  } else if (p.offsets != nullptr) {
+    for (int e = threadIdx.x; e < p.experts; e += C::kThreads)
+      seg[p.experts + e] = min(max(p.offsets[int64_t(e) * p.offsets_stride], 0), p.m);
+    __syncthreads();
+    if (warp == 0) segments_from_offsets(p, C::BT, seg);
+    __syncthreads();
+    chunks = seg[3 * p.experts];
+    // Rows past the last segment belong to no expert: zeros, a share per CTA.
+    for (int r = seg[2 * p.experts - 1] + int(blockIdx.x); r < p.m; r += int(gridDim.x))
+      for (int c = threadIdx.x; c < p.n; c += C::kThreads) p.out[int64_t(r) * p.out_sm + int64_t(c) * p.out_sn] = 0;
+  }
+  const int units = tiles * chunks;
 
   const bool math = warp < C::kProducerWarp;
   const int wg = warp / 4;                    // this math warpgroup's 64-row slice
@@ -125,34 +217,39 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
     prefetch_map(&map_x);
   }
 
-  // Unsplit tiles (nsplit == 1): the grid has at most one CTA per slot and each CTA walks the tiles
-  // blockIdx.x, blockIdx.x + gridDim.x, ...; the ring's stage and phase carry over from tile to tile, so
-  // the producer loads the next tile while the math warps store this one. Split tiles: one per cluster.
-  const int tile_step = nsplit == 1 ? int(gridDim.x) : tiles;
+  // Unsplit units (nsplit == 1): the grid has at most one CTA per slot and each CTA walks the units
+  // blockIdx.x, blockIdx.x + gridDim.x, ...; the ring's stage and phase carry over from unit to unit, so
+  // the producer loads the next unit while the math warps store this one. Split units: one per cluster
+  // (in expert mode the grid covers the most units any routing gives; clusters past `units` do nothing).
+  const int unit_step = nsplit == 1 ? int(gridDim.x) : units;
   int s = 0;  // this thread's ring position: the producer's next stage to fill, a math warp's next to read
   uint32_t phase = 0;
   float acc[C::kAcc];
-  int n0 = 0;
-  for (int tile = int(blockIdx.x / nsplit); tile < tiles; tile += tile_step) {
-    n0 = tile * C::BW;
+  Unit w{};
+  bool worked = false;
+  for (int u = int(blockIdx.x / nsplit); u < units; u += unit_step) {
+    w = unit_of<C>(p, seg, chunks, u);
+    worked = true;
+    const int n0 = w.n0;
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
     if (warp == C::kProducerWarp) {
       // ---------------- producer warp ----------------
-      const float* sb_row = p.sb + int64_t(n0 / 128) * p.sb_snb;
+      const float* sb_row = p.sb + int64_t(w.expert) * p.sb_se + int64_t(n0 / 128) * p.sb_snb;
+      const float* sa_rows = p.sa + int64_t(w.row0) * p.sa_sm;
       for (int kb = kb0; kb < kb1; ++kb) {
         if (lane == 0) {
           mbar_wait(&empty[s], phase ^ 1);
           mbar_arrive_expect_tx(&full[s], C::kTmaBytes);
-          tma_load_2d(smem + s * C::kWBytes, &map_w, &full[s], kb * kBlockK, n0);
-          tma_load_2d(smem + C::kOffX + s * C::kXBytes, &map_x, &full[s], kb * kBlockK, 0);
+          tma_load_2d(smem + s * C::kWBytes, &map_w, &full[s], kb * kBlockK, w.wrow);
+          tma_load_2d(smem + C::kOffX + s * C::kXBytes, &map_x, &full[s], kb * kBlockK, w.row0);
         }
         __syncwarp();  // the stage is free for every lane once lane 0 has seen it released
         const uint32_t sa_dst = smem_addr(smem + C::kOffSa) + uint32_t(s * C::BT * 4);
 #pragma unroll
-        for (int t = lane; t < C::BT; t += 32)  // activation rows beyond m get 0
-          cp_async_4(sa_dst + 4u * uint32_t(t), p.sa + (t < p.m ? int64_t(t) * p.sa_sm + int64_t(kb) * p.sa_skb : 0),
-                     t < p.m ? 4u : 0u);
+        for (int t = lane; t < C::BT; t += 32)  // activation rows beyond the unit's get 0
+          cp_async_4(sa_dst + 4u * uint32_t(t), t < w.rows ? sa_rows + int64_t(t) * p.sa_sm + int64_t(kb) * p.sa_skb : p.sa,
+                     t < w.rows ? 4u : 0u);
         if (lane == 0) cp_async_4(smem_addr(smem + C::kOffSb) + uint32_t(s * 4), sb_row + int64_t(kb) * p.sb_skb, 4u);
         cp_async_arrive(&full[s]);
         if (++s == C::kStages) { s = 0; phase ^= 1; }
@@ -248,12 +345,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int row = n0 + 64 * wg + r0 + 8 * h, tok = 8 * j + c0 + e;
-            if (row < p.n && tok < p.m)
-              p.out[int64_t(tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(acc[4 * j + 2 * h + e] * p.alpha);
+            if (row < p.n && tok < w.rows)
+              p.out[out_row(p, w, tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(acc[4 * j + 2 * h + e] * p.alpha);
           }
     }
   }
-  if (nsplit == 1) return;
+  // Every CTA of a cluster sees the same `units`: a cluster without a unit leaves as a whole.
+  if (nsplit == 1 || !worked) return;
+  const int n0 = w.n0;
 
   // Split K: once every math warpgroup's last wgmma has completed (the named barrier), the weight stages can
   // hold this CTA's partial tile, part[tok * BW + row]; the cluster barrier publishes it to the other CTAs.
@@ -273,7 +372,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
   // Rank `split` sums its share of the tile's real activation rows over the cluster's CTAs in rank order:
   // the same bits whichever CTA runs first. The remote loads are all issued before the first add.
   // Consecutive threads take consecutive weight rows, i.e. consecutive output columns.
-  const int total = C::BW * min(p.m, C::BT), share = (total + int(nsplit) - 1) / int(nsplit);
+  const int total = C::BW * w.rows, share = (total + int(nsplit) - 1) / int(nsplit);
   const int first = int(split) * share, last = min(total, first + share);
   const uint32_t part_addr = smem_addr(part);
   for (int idx = first + int(threadIdx.x); idx < last; idx += C::kThreads) {
@@ -287,7 +386,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
 #pragma unroll
     for (uint32_t q = 0; q < kDecodeMaxSplit; ++q)
       if (q < nsplit) v += partial[q];
-    p.out[int64_t(tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(v * p.alpha);
+    p.out[out_row(p, w, tok) * p.out_sm + int64_t(row) * p.out_sn] = bf16_rne(v * p.alpha);
   }
   cluster_sync();  // no CTA leaves while another may still read its shared memory
 #endif
@@ -299,27 +398,33 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
 template <class C>
 cudaError_t launch(const DecodeArgs& a, cudaStream_t stream) {
   CUtensorMap map_w, map_x;
-  if (!make_map_2d(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BW, kBlockK,
+  const bool experts = a.expert_mode();
+  const int64_t w_rows = experts ? int64_t(a.experts) * a.n : a.n;
+  if (!make_map_2d(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, w_rows, a.k, a.ldb, C::BW, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       !make_map_2d(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BT, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B))
     return cudaErrorInvalidValue;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
-  if (const cudaError_t e = opt_in_dynamic_smem<fp8_decode_gemm_kernel<C>>(dev, C::kSmemBytes); e != cudaSuccess) return e;
+  const int smem_bytes = C::kSmemBytes + (experts ? 4 * (3 * a.experts + 1) : 0);
+  if (const cudaError_t e = opt_in_dynamic_smem<fp8_decode_gemm_kernel<C>>(dev, C::kSmemBytes + 4 * (3 * kDecodeMaxExperts + 1));
+      e != cudaSuccess)
+    return e;
 
   const int kb = (a.k + kBlockK - 1) / kBlockK;
   Params p{a.m,   a.n,         a.k,          a.sa,  a.sa_stride_m, a.sa_stride_kb, a.sb,
            a.sb_stride_nb, a.sb_stride_kb, a.out, a.out_stride_m, a.out_stride_n, a.alpha,
-           (kb + a.k_split - 1) / a.k_split};
-  const int tiles = (a.n + C::BW - 1) / C::BW;
+           (kb + a.k_split - 1) / a.k_split, a.segments, a.experts, a.sb_stride_e, a.row_map, a.offsets, a.offsets_stride};
+  const int64_t units = experts ? expert_max_units(a.m, a.n, a.experts, C::BT, C::BW) : (a.n + C::BW - 1) / C::BW;
   const int sms = a.sm_count > 0 ? a.sm_count : 132;
-  const int ctas = a.k_split == 1 ? std::min(tiles, C::kCtasPerSm * sms) : tiles * a.k_split;
+  if (units * a.k_split > INT32_MAX) return cudaErrorInvalidValue;
+  const int ctas = a.k_split == 1 ? int(std::min<int64_t>(units, C::kCtasPerSm * sms)) : int(units) * a.k_split;
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(static_cast<unsigned>(ctas));
   lc.blockDim = dim3(C::kThreads);
-  lc.dynamicSmemBytes = C::kSmemBytes;
+  lc.dynamicSmemBytes = smem_bytes;
   lc.stream = stream;
   lc.attrs = attrs;
   attrs[lc.numAttrs].id = cudaLaunchAttributeClusterDimension;
@@ -346,7 +451,9 @@ cudaError_t launch_rows(const DecodeArgs& a, cudaStream_t stream) {
 
 bool decode_can_implement(const DecodeArgs& a) {
   auto al16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
-  return a.m >= 1 && a.m <= kDecodeMaxM && a.n >= 1 && a.k >= 1 && a.k % 16 == 0 && a.lda % 16 == 0 &&
+  const bool experts = a.expert_mode();
+  if (experts && (a.experts < 1 || a.experts > kDecodeMaxExperts || int64_t(a.experts) * a.n > INT32_MAX)) return false;
+  return a.m >= 1 && (experts || a.m <= kDecodeMaxM) && a.n >= 1 && a.k >= 1 && a.k % 16 == 0 && a.lda % 16 == 0 &&
          a.ldb % 16 == 0 && al16(a.a) && al16(a.b) && a.sa != nullptr && a.sb != nullptr && a.out != nullptr &&
          (a.rows_per_cta == 0 || a.rows_per_cta == 64 || a.rows_per_cta == 128) && a.k_split >= 0 &&
          a.k_split <= kDecodeMaxSplit;
@@ -355,7 +462,7 @@ bool decode_can_implement(const DecodeArgs& a) {
 cudaError_t decode_run(const DecodeArgs& args, cudaStream_t stream) {
   if (!decode_can_implement(args)) return cudaErrorInvalidValue;
   const DecodeArgs a = decode_plan(args);
-  switch (decode::token_tile(a.m)) {
+  switch (a.expert_mode() ? decode_expert_chunk_rows(a.m, a.experts) : decode::token_tile(a.m)) {
     case 8: return decode::launch_rows<8>(a, stream);
     case 16: return decode::launch_rows<16>(a, stream);
     case 32: return decode::launch_rows<32>(a, stream);

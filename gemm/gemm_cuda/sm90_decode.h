@@ -9,6 +9,12 @@
 // tile form one thread-block cluster and add their fp32 partial sums through distributed shared memory
 // in a fixed order (deterministic, no workspace, one launch). Unsplit tiles are walked by persistent
 // CTAs whose ring runs on from one tile to the next.
+//
+// Expert mode (DecodeArgs::segments set): the MoE expert GEMM of few rows per expert. b is the experts'
+// stacked weights and a the activation rows sorted by expert; the work units are (weight tile, chunk of
+// up to token_tile rows of one expert), so each hit expert's weight is streamed once per chunk and experts
+// without rows cost nothing. The chunks come from the segments a routing kernel wrote just before (see
+// DecodeArgs); the grid is sized from shapes alone, so the launch is capturable in a CUDA graph.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +27,7 @@ namespace fp8gemm::cuda::sm90 {
 
 constexpr int kDecodeMaxM = 64;
 constexpr int kDecodeMaxSplit = 8;  // CTAs per cluster (portable limit)
+constexpr int kDecodeMaxExperts = 512;  // expert mode: the segments are staged in shared memory
 
 struct DecodeArgs {
   int32_t m = 0, n = 0, k = 0;
@@ -41,6 +48,25 @@ struct DecodeArgs {
   // Launch as a programmatic dependent of the stream's previous kernel (the launcher's preparation
   // pass): the kernel waits for it (griddepcontrol.wait) before touching global memory.
   bool overlap_previous = false;
+
+  // Expert mode (segments or offsets set): m = the rows of a (every expert's), n = the weight rows of one
+  // expert, b = the experts' stacked (experts * n, k) weights (row stride ldb), sb = expert 0's scales and
+  // sb_stride_e elements from one expert's scales to the next. segments (device, written by the kernel
+  // before this one, which this launch waits for): start rows [0, E), end rows [E, 2E) and the exclusive
+  // prefix of each expert's chunk count [2E, 3E] (segments[3E] = all chunks), chunks of
+  // decode_expert_chunk_rows(m, experts) rows. Output row of a's row r: row_map[r] (nullptr: r).
+  const int32_t* segments = nullptr;
+  int32_t experts = 0;
+  int64_t sb_stride_e = 0;
+  const int32_t* row_map = nullptr;
+  // Expert mode without a routing kernel (matmul_grouped): instead of segments, the inclusive row ends
+  // offsets[e * offsets_stride] (device), which every CTA turns into the segments itself, clamped into a
+  // running maximum inside [0, m] (include/expert_gemm.h); the output rows past the last end are written
+  // with zeros.
+  const int32_t* offsets = nullptr;
+  int64_t offsets_stride = 0;
+
+  bool expert_mode() const { return segments != nullptr || offsets != nullptr; }
 };
 
 bool decode_can_implement(const DecodeArgs& a);
@@ -86,15 +112,32 @@ inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int 
   return t + double(waves) * kCtaSeconds + (split > 1 ? kReduceSeconds : 0.0);
 }
 
+// Expert mode: the most work units any routing of m rows over `experts` experts can give (every hit
+// expert's last chunk partial), `rows` weight rows per unit.
+inline int64_t expert_max_units(int64_t m, int64_t n, int64_t experts, int bt, int rows) {
+  const int64_t chunks = m / bt + (m < experts ? m : experts);
+  return chunks * ((n + rows - 1) / rows);
+}
+
 }  // namespace decode
+
+inline int decode_expert_chunk_rows(int64_t rows, int64_t experts) {
+  const int64_t hit = rows < experts ? rows : experts;
+  return decode::token_tile(static_cast<int>(hit > 0 ? (rows + hit - 1) / hit > 64 ? 64 : (rows + hit - 1) / hit : 1));
+}
 
 // rows_per_cta and k_split filled in where they are 0: the pair with the lowest decode::plan_cost, with
 // no CTA left without K blocks.
+// Expert mode: the cost of the weight rows of the min(m, experts) experts that can be hit, and a split
+// only where one wave of clusters covers every unit the routing could produce.
 inline DecodeArgs decode_plan(const DecodeArgs& a) {
   DecodeArgs r = a;
   const int64_t kb = (int64_t(a.k) + decode::kBlockK - 1) / decode::kBlockK;
   const int sms = a.sm_count > 0 ? a.sm_count : 132;
-  const int bt = decode::token_tile(a.m);
+  const bool experts = a.expert_mode();
+  const int bt = experts ? decode_expert_chunk_rows(a.m, a.experts) : decode::token_tile(a.m);
+  const int64_t hit = experts ? (a.m < a.experts ? a.m : a.experts) : 1;
+  const int64_t n_rows = experts ? hit * a.n : a.n;
   bool found = false;
   double best = 0.0;
   for (const int rows : {128, 64}) {
@@ -103,7 +146,11 @@ inline DecodeArgs decode_plan(const DecodeArgs& a) {
       if (a.k_split != 0 && split != a.k_split) continue;
       const int64_t kb_per = (kb + split - 1) / split;
       if (a.k_split == 0 && (split - 1) * kb_per >= kb) continue;
-      const double cost = decode::plan_cost(a.n, kb, bt, rows, split, sms);
+      if (experts && split > 1 &&
+          decode::expert_max_units(a.m, a.n, a.experts, bt, rows) * split >
+              int64_t(decode::ctas_per_sm(bt, rows / 64)) * sms)
+        continue;
+      const double cost = decode::plan_cost(n_rows, kb, bt, rows, split, sms);
       if (!found || cost < best) {
         found = true;
         best = cost;

@@ -36,6 +36,20 @@ def device(request):
     return request.param
 
 
+# The CUDA launcher picks the decode kernel (few rows per expert) or the tile kernel from the shapes; the
+# reference tests run every case through its choice and through each kernel forced.
+def _cuda_forced(kernel):
+    return pytest.param(f"cuda:{kernel}", marks=pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0"))
+
+
+@pytest.fixture(params=DEVICES + [_cuda_forced("decode"), _cuda_forced("tiles")])
+def expert_device(request, monkeypatch):
+    dev, _, kernel = request.param.partition(":")
+    if kernel:
+        monkeypatch.setenv("GEMM_CUDA_EXPERT_KERNEL", kernel)
+    return dev
+
+
 def groups(x):
     return -(-x // 128)
 
@@ -157,6 +171,12 @@ CASES = [
     (33, 1, 200, 2, "skewed"),
     (20, 130, 256, 1, "uniform"),
     (70, 160, 640, 16, "placeholders"),
+    (96, 200, 272, 8, "skewed"),  # N and K multiples of 8 / 16 but not of 128 (the TMA paths)
+    (150, 328, 1040, 5, "uniform"),
+    (300, 136, 384, 3, "one"),  # one expert's rows in several chunks / tiles
+    (8, 256, 512, 256, "uniform"),  # decode-like: a few rows over many experts
+    (2, 256, 4096, 4, "uniform"),  # few rows, long K: the decode kernel splits K across a cluster
+    (24, 136, 256, 600, "uniform"),  # more experts than the decode kernel stages
 ]
 CASE_IDS = ["-".join(str(x) for x in c) for c in CASES]
 
@@ -164,7 +184,8 @@ CASE_IDS = ["-".join(str(x) for x in c) for c in CASES]
 @pytest.mark.parametrize("scale_format", ["fp32", "e8m0"])
 @pytest.mark.parametrize("kind", list(FP8))
 @pytest.mark.parametrize("s,n,k,e,route", CASES, ids=CASE_IDS)
-def test_batched_matches_reference(device, kind, scale_format, s, n, k, e, route):
+def test_batched_matches_reference(expert_device, kind, scale_format, s, n, k, e, route):
+    device = expert_device
     gen = generator("batched", kind, scale_format, s, n, k, e, route)
     a = activations(s, k, torch.bfloat16, gen)
     b, bs, bs64 = experts(e, n, k, kind, scale_format, gen)
@@ -181,7 +202,8 @@ def test_batched_matches_reference(device, kind, scale_format, s, n, k, e, route
 @pytest.mark.parametrize("scale_format", ["fp32", "e8m0"])
 @pytest.mark.parametrize("kind", list(FP8))
 @pytest.mark.parametrize("s,n,k,e,route", CASES, ids=CASE_IDS)
-def test_grouped_matches_reference(device, kind, scale_format, s, n, k, e, route):
+def test_grouped_matches_reference(expert_device, kind, scale_format, s, n, k, e, route):
+    device = expert_device
     gen = generator("grouped", kind, scale_format, s, n, k, e, route)
     a = activations(s, k, torch.bfloat16, gen)
     b, bs, bs64 = experts(e, n, k, kind, scale_format, gen)
@@ -422,8 +444,10 @@ def _capture(fn):
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
+@pytest.mark.parametrize("kernel", ["decode", "tiles"])
 @pytest.mark.parametrize("scale_format", ["fp32", "e8m0"])
-def test_cuda_graph_grouped_with_routing_changed_between_replays(scale_format):
+def test_cuda_graph_grouped_with_routing_changed_between_replays(scale_format, kernel, monkeypatch):
+    monkeypatch.setenv("GEMM_CUDA_EXPERT_KERNEL", kernel)
     gen = generator("graph grouped", scale_format)
     s, n, k, e = 256, 384, 640, 8
     b, bs, bs64 = experts(e, n, k, "e4m3fn", scale_format, gen)
@@ -448,7 +472,9 @@ def test_cuda_graph_grouped_with_routing_changed_between_replays(scale_format):
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
-def test_cuda_graph_batched_with_routing_changed_between_replays():
+@pytest.mark.parametrize("kernel", ["decode", "tiles"])
+def test_cuda_graph_batched_with_routing_changed_between_replays(kernel, monkeypatch):
+    monkeypatch.setenv("GEMM_CUDA_EXPERT_KERNEL", kernel)
     gen = generator("graph batched")
     s, n, k, e = 200, 256, 384, 6
     b, bs, bs64 = experts(e, n, k, "e4m3fn", "fp32", gen)
@@ -468,7 +494,9 @@ def test_cuda_graph_batched_with_routing_changed_between_replays():
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
-def test_cuda_grouped_clamps_offsets_out_of_range():
+@pytest.mark.parametrize("kernel", ["decode", "tiles"])
+def test_cuda_grouped_clamps_offsets_out_of_range(kernel, monkeypatch):
+    monkeypatch.setenv("GEMM_CUDA_EXPERT_KERNEL", kernel)
     # The values are not checked on a GPU: expert e owns [end(e-1), end(e)), end(e) = min(max(offsets[e], end(e-1)), S).
     gen = generator("clamp")
     s, n, k, e = 40, 200, 300, 4
