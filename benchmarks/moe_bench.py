@@ -33,6 +33,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -245,8 +246,9 @@ def warm_deepgemm(torch, shapes, align, workers, timeout_s):
     calls = sum(len(c["ms"]) for c in chunks)
     print(f"[warm] {calls} DeepGEMM calls over {len(chunks)} processes (weights budget {budget / 2**30:.0f} GiB)",
           flush=True)
+    # Each in its own process group, so that a timeout also ends the compilers it started.
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--warm-deepgemm", plan_path,
-                               "--warm-index", str(i)]) for i in range(len(chunks))]
+                               "--warm-index", str(i)], start_new_session=True) for i in range(len(chunks))]
     deadline, last = t0 + timeout_s, t0
     pending = list(procs)
     while pending and time.time() < deadline:
@@ -256,7 +258,10 @@ def warm_deepgemm(torch, shapes, align, workers, timeout_s):
             last = time.time()
             print(f"[warm] {len(procs) - len(pending)} of {len(procs)} done, {last - t0:.0f} s", flush=True)
     for p in pending:  # past the timeout: the rest compiles on first use in the measurements
-        p.kill()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            p.kill()
         p.wait()
     info = dict(processes=len(procs), calls=calls, seconds=round(time.time() - t0, 1), timed_out=len(pending),
                 failed=sum(1 for p in procs if p.returncode not in (0, None) and p not in pending))
@@ -304,6 +309,18 @@ def deepgemm_impls(torch, gemm, dg, a, b, bs, sorted_ids, counts, align):
 
 def selected_models(names):
     return [m for m in MODELS if names is None or m[0] in names]
+
+
+def save(data, out_dir):
+    """Writes moe_<gpu>.{json,md} (after every row, so that a run cut short keeps what it measured)."""
+    os.makedirs(out_dir, exist_ok=True)
+    tag = "h200" if "H200" in data["env"]["gpu"] else "h100"
+    with open(os.path.join(out_dir, f"moe_{tag}.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    md = render_md(data)
+    with open(os.path.join(out_dir, f"moe_{tag}.md"), "w") as f:
+        f.write(md)
+    return md
 
 
 def run(args):
@@ -356,10 +373,17 @@ def run(args):
             print(f"[warm] failed: {dg_warm['error']}", flush=True)
     timer = Timer(torch, args.reps)
     bw = copy_bandwidth(torch, timer)
+    props = torch.cuda.get_device_properties(0)
+    env = dict(gpu=props.name, torch=torch.__version__, cuda=torch.version.cuda,
+               date=datetime.date.today().isoformat(), copy_tbps=bw, v4=bool(v4), v4_note=v4_note,
+               deepgemm=dg_note, deepgemm_align=align, deepgemm_warm=dg_warm, deepgemm_sf_layout=[],
+               models=[m[0] for m in models], tokens=args.tokens, reps=args.reps, complete=False,
+               driver=os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader").read().strip())
+    data = dict(env=env, rows=[])
     print(f"[run] copy bandwidth {bw:.2f} TB/s; {len(models)} models x 2 projections x {len(args.tokens)} T x "
           f"{len(args.routings)} routings", flush=True)
     t_start = time.time()
-    rows_out = []
+    rows_out = data["rows"]
     for model, experts, projs in models:
         for proj, n, k in projs:
             print(f"[run] {model} {proj} {n}x{k}, {time.time() - t_start:.0f} s", flush=True)
@@ -447,18 +471,20 @@ def run(args):
                         row["roofline_us"] = byts / bw / 1e6
                         row["dense_error"] = f"{type(ex).__name__}: {str(ex)[:160]}"
                     rows_out.append(row)
+                    env["deepgemm_sf_layout"] = sorted(sf_layouts)
+                    env["measure_seconds"] = round(time.time() - t_start, 1)
+                    try:
+                        save(data, args.out)
+                    except Exception as ex:
+                        print(f"[save] {type(ex).__name__}: {ex}", flush=True)
                     print(json.dumps({kk: v for kk, v in row.items() if not kk.endswith("_ok")}), flush=True)
                     del a, impls, post, ref
                     fn = None  # the last callable holds its inputs
             b = bs = b_bf16 = b_bf16_t = None
             torch.cuda.empty_cache()
-    props = torch.cuda.get_device_properties(0)
-    env = dict(gpu=props.name, torch=torch.__version__, cuda=torch.version.cuda,
-               date=datetime.date.today().isoformat(), copy_tbps=bw, v4=bool(v4), v4_note=v4_note,
-               deepgemm=dg_note, deepgemm_align=align, deepgemm_warm=dg_warm, deepgemm_sf_layout=sorted(sf_layouts),
-               models=[m[0] for m in models], measure_seconds=round(time.time() - t_start, 1),
-               driver=os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader").read().strip())
-    return dict(env=env, rows=rows_out)
+    env["complete"] = True
+    env["measure_seconds"] = round(time.time() - t_start, 1)
+    return data
 
 
 # The ones the sampled check judges.
@@ -491,7 +517,9 @@ def render_md(data):
            "`roof` = max(bytes / copy bandwidth, FLOPs / our dense GEMM's throughput at the same size); "
            "`%roof` = roof / ours_grouped. `vs best` = the fastest of finegrained-fp8 v4 grouped, v4 batched and "
            "DG charged / ours_grouped; `vs DG gemm` = DG gemm / ours_grouped; `vs torch` = torch bf16 / ours_grouped. "
-           "✗: that output failed the sampled float64 check (24 rows, rtol 2e-2 plus 1e-3 of the row's largest).", "",
+           "✗: that output failed the sampled float64 check (24 rows, rtol 2e-2 plus 1e-3 of the row's largest)."
+           + (" **The run stopped before its last row: the table holds the rows it measured.**"
+              if env.get("complete") is False else ""), "",
            "| model | proj | T | routing | hit | ours grouped | ours batched | v4 grouped | v4 batched | DG gemm | "
            "DG charged | torch bf16 | roof | %roof | vs best | vs DG gemm | vs torch |",
            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -561,15 +589,10 @@ def main():
     unknown = sorted(set(args.models or []) - {m[0] for m in MODELS})
     if unknown:
         ap.error(f"--models: unknown {', '.join(unknown)}; expected names from {', '.join(m[0] for m in MODELS)}")
+    t0 = time.time()
     data = run(args)
-    data["env"]["tokens"], data["env"]["reps"] = args.tokens, args.reps
-    os.makedirs(args.out, exist_ok=True)
-    tag = "h200" if "H200" in data["env"]["gpu"] else "h100"
-    with open(os.path.join(args.out, f"moe_{tag}.json"), "w") as f:
-        json.dump(data, f, indent=1)
-    with open(os.path.join(args.out, f"moe_{tag}.md"), "w") as f:
-        f.write(render_md(data))
-    print(render_md(data))
+    data["env"]["total_seconds"] = round(time.time() - t0, 1)
+    print(save(data, args.out))
 
 
 if __name__ == "__main__":
