@@ -221,6 +221,7 @@ def warm_worker(plan_path, index):
             return q, torch.ones(k // 128, (m + 3) // 4 * 4, device="cuda").t()[:m]
     b = torch.zeros(e, n, k, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
     bs = torch.ones(e, n // 128, k // 128, device="cuda")
+    failed = 0
     for m in chunk["ms"]:
         t0 = time.time()
         try:
@@ -231,7 +232,9 @@ def warm_worker(plan_path, index):
             torch.cuda.synchronize()
             print(f"[warm {index}] E {e} N {n} K {k} M {m}: {time.time() - t0:.1f} s", flush=True)
         except Exception as ex:
+            failed += 1
             print(f"[warm {index}] E {e} N {n} K {k} M {m}: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+    return 1 if failed else 0
 
 
 def warm_deepgemm(torch, shapes, align, workers, timeout_s):
@@ -579,8 +582,7 @@ def main():
     ap.add_argument("--warm-index", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.warm_deepgemm:
-        warm_worker(args.warm_deepgemm, args.warm_index)
-        return
+        sys.exit(warm_worker(args.warm_deepgemm, args.warm_index))
     if args.render:
         with open(args.render) as f:
             data = json.load(f)
