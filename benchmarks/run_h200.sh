@@ -22,7 +22,10 @@
 #                   a JIT cache carried as .cache/deepgemm-jit.tar.xz is unpacked into DG_JIT_CACHE_DIR first
 #   deepgemm-jit-out  packs DG_JIT_CACHE_DIR into $OUT/deepgemm-jit.tar.xz (carry it back to skip recompiles)
 #   moe-bench=ARGS  benchmarks/moe_bench.py ARGS -> moe_<gpu>.{json,md}; needs finegrained-fp8 v4's torch-ext
-#                   package copied to .cache/finegrained_fp8_v4 (carried; never committed)
+#                   package copied to .cache/finegrained_fp8_v4 (carried; never committed). With DeepGEMM:
+#                   `deepgemm moe-bench=--deepgemm` (its kernels compile in parallel before the measurements;
+#                   add deepgemm-jit-out after it to bring the JIT cache back); a subset: e.g.
+#                   moe-bench="--deepgemm --models=Qwen3-30B-A3B --tokens=8,4096"
 #   dg-bench=ARGS   benchmarks/deepgemm_bench.py ARGS -> deepgemm_<gpu>.{json,md}: ours, DeepGEMM, CUTLASS and torch
 #                   in one process; after the deepgemm step (its PYTHONPATH / LD_PRELOAD / DG_JIT_CACHE_DIR), or it
 #                   runs without DeepGEMM and says so

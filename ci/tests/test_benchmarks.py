@@ -79,4 +79,75 @@ def test_moe_bench_renders_the_committed_results():
     rows = [line for line in committed.splitlines() if line.startswith("| ") and line.split(" | ")[2].isdigit()]
     assert len(rows) == len(data["rows"]) > 0
     # Every row says how each implementation fared: a time, a failed check (✗), an error or not run (–).
-    assert all(len(line.split(" | ")) == 14 for line in rows)
+    assert all(len(line.split(" | ")) == 17 for line in rows)
+
+
+def load_moe_bench():
+    spec = importlib.util.spec_from_file_location("moe_bench", BENCH / "moe_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Float64GroupedGemm:
+    """Stands in for deep_gemm: the contiguous-layout grouped GEMM in float64, checking its inputs' layout."""
+
+    def transform_sf_into_required_layout(self, sf, mn, k, recipe, num_groups, is_sfa):
+        return sf
+
+    def m_grouped_fp8_gemm_nt_contiguous(self, a, b, d, layout):
+        import torch
+
+        (q, qs), (w, ws) = a, b
+        assert layout.dtype == torch.int32 and layout.shape == (q.shape[0],) and d.shape == (q.shape[0], w.shape[1])
+        x = q.double() * qs.double().repeat_interleave(128, 1)[:, : q.shape[1]]
+        d.fill_(float("nan"))
+        for e in layout.unique().tolist():
+            rows = (layout == e).nonzero().flatten()
+            if e < 0:
+                assert bool((q[rows].float() == 0).all()), "a padding row is not zero"
+                continue
+            wd = w[e].double() * ws[e].double().repeat_interleave(128, 0).repeat_interleave(128, 1)
+            d[rows] = (x[rows] @ wd.T).to(d.dtype)
+
+
+def test_moe_bench_deepgemm_layout_maps_every_row_back():
+    import torch
+
+    import gemm
+
+    bench = load_moe_bench()
+    for experts, n, k, tokens, skewed in [(16, 256, 384, 5, False), (16, 256, 256, 40, True), (8, 128, 640, 30, True)]:
+        gen = bench.seeded(torch, "test", tokens, skewed)
+        sorted_ids = bench.routing(torch, tokens, experts, skewed, gen).sort()[0]
+        counts = torch.bincount(sorted_ids, minlength=experts)
+        m_pad, pos, layout = bench.padded_layout(torch, sorted_ids, counts, 128)
+        assert m_pad == sum((c + 127) // 128 * 128 for c in counts.tolist())
+        assert torch.equal(layout[pos].long(), sorted_ids) and int((layout >= 0).sum()) == sorted_ids.numel()
+        starts = (torch.cumsum(counts, 0) - counts)[sorted_ids]
+        assert bool(((pos - (torch.arange(sorted_ids.numel()) - starts)) % 128 == 0).all())  # segments 128-aligned
+        b = (torch.randn(experts, n, k, generator=gen) * 32).to(torch.float8_e4m3fn)
+        bs = torch.rand(experts, n // 128, k // 128, generator=gen) * 1e-3 + 1e-4
+        a = torch.randn(sorted_ids.numel(), k, generator=gen).to(torch.bfloat16)
+        sample = torch.randperm(a.shape[0], generator=gen)[:24]
+        ref = bench.sampled_reference(torch, a.float(), b, bs, sorted_ids, sample)
+        rows, sf_layout, gemm_only, charged, post = bench.deepgemm_impls(
+            torch, gemm, _Float64GroupedGemm(), a, b, bs, sorted_ids, counts, 128)
+        assert rows == m_pad and sf_layout == "unchanged"
+        assert bench.agrees(torch, post(gemm_only()), ref, sample)
+        assert bench.agrees(torch, charged(), ref, sample)
+        assert not bench.agrees(torch, charged().roll(1, 0), ref, sample)  # rows out of place are caught
+
+
+def test_moe_bench_warm_plan_covers_every_call_within_the_memory_budget():
+    bench = load_moe_bench()
+    shapes = {(256, 4096, 7168): [1024, 4608, 7040, 15488, 28544, 32640, 32768, 49152, 55296],
+              (128, 1536, 2048): [1024, 4096, 7040, 12288, 16000], (128, 2048, 768): [1024, 40960]}
+    budget = 40 << 30
+    for workers in (1, 3, 14):
+        chunks = bench.warm_plan(shapes, workers, budget)
+        assert len(chunks) <= max(workers, len(shapes))
+        assert sorted(m for c in chunks for m in c["ms"]) == sorted(m for ms in shapes.values() for m in ms)
+        big = sum(1 for c in chunks if c["shape"] == [256, 4096, 7168])
+        assert big * 256 * 4096 * 7168 < budget
+    assert len(bench.warm_plan(shapes, 14, budget)) > len(shapes)  # split where the budget allows
