@@ -141,6 +141,40 @@ def sampled_reference(torch, a, b, bs, expert_of_row, rows, block=128):
     return out
 
 
+def raw_reference(torch, a, b, bs, expert_of_row, rows, block=128):
+    """float64 A @ dequant(B[e]).T of the sampled rows from the unquantized activations: what any FP8
+    quantization of A approximates."""
+    out = []
+    k = a.shape[1]
+    for r in rows.tolist():
+        e = int(expert_of_row[r])
+        if e < 0:
+            out.append(None)
+            continue
+        w = b[e].double() * bs[e].double().repeat_interleave(block, 0)[: b.shape[1]].repeat_interleave(block, 1)[:, :k]
+        out.append(w @ a[r].double().to(b.device))
+    return out
+
+
+# Largest relative L2 error of a sampled row against raw_reference that an FP8 (e4m3, per 128-group scale)
+# quantization of the activations passes: its rounding error is about 2^-4 / sqrt(3) = 3.6 % of each term,
+# so of the row; a wrong expert or row gives ~100 %.
+QUANT_NOISE_L2 = 0.1
+
+
+def rel_l2(torch, c, ref_rows, rows):
+    """The largest ||got - ref|| / ||ref|| over the sampled rows (inf where a row of no expert is not zero)."""
+    worst = 0.0
+    for r, ref in zip(rows.tolist(), ref_rows):
+        got = c[r].double()
+        if ref is None:
+            if not bool((got == 0).all()):
+                return float("inf")
+            continue
+        worst = max(worst, float((got - ref).norm() / ref.norm().clamp_min(1e-300)))
+    return worst
+
+
 def agrees(torch, c, ref_rows, rows):
     for r, ref in zip(rows.tolist(), ref_rows):
         got = c[r].double()
@@ -414,6 +448,7 @@ def run(args):
                     flops = 2.0 * s * n * k
                     sample = torch.randperm(s, generator=gen)[: min(s, 24)]
                     ref = sampled_reference(torch, a.float(), b, bs, sorted_ids, sample)
+                    ref_raw = raw_reference(torch, a.float(), b, bs, sorted_ids, sample)
                     row = dict(model=model, proj=proj, experts=experts, n=n, k=k, tokens=tokens,
                                routing="skewed" if skewed else "uniform", rows=s, experts_hit=hit, bytes=byts)
                     impls = {
@@ -450,8 +485,11 @@ def run(args):
                             torch.cuda.synchronize()
                             if name in post:
                                 c = post[name](c)
-                            # torch's bf16 grouped GEMM on dequantized weights computes another quantity.
-                            row[name + "_ok"] = agrees(torch, c, ref, sample) if not name.startswith("torch") else True
+                            # torch's bf16 grouped GEMM on dequantized weights computes another quantity: only the
+                            # relative L2 check against the unquantized reference applies to it.
+                            row[name + "_l2"] = rel_l2(torch, c, ref_raw, sample)
+                            row[name + "_ok"] = (agrees(torch, c, ref, sample) if not name.startswith("torch")
+                                                 else row[name + "_l2"] <= QUANT_NOISE_L2)
                             del c
                             row[name + "_us"] = timer(fn)
                         except Exception as ex:  # a baseline that cannot run a shape is reported, not fatal
@@ -481,7 +519,7 @@ def run(args):
                     except Exception as ex:
                         print(f"[save] {type(ex).__name__}: {ex}", flush=True)
                     print(json.dumps({kk: v for kk, v in row.items() if not kk.endswith("_ok")}), flush=True)
-                    del a, impls, post, ref
+                    del a, impls, post, ref, ref_raw
                     fn = None  # the last callable holds its inputs
             b = bs = b_bf16 = b_bf16_t = None
             torch.cuda.empty_cache()
@@ -492,6 +530,10 @@ def run(args):
 
 # The ones the sampled check judges.
 IMPLS = ["ours_grouped", "ours_batched", "v4_grouped", "v4_batched", "deepgemm_gemm", "deepgemm_charged"]
+
+
+def _in_noise(r, name):
+    return r.get(name + "_l2") is not None and r[name + "_l2"] <= QUANT_NOISE_L2
 
 
 def render_md(data):
@@ -520,7 +562,12 @@ def render_md(data):
            "`roof` = max(bytes / copy bandwidth, FLOPs / our dense GEMM's throughput at the same size); "
            "`%roof` = roof / ours_grouped. `vs best` = the fastest of finegrained-fp8 v4 grouped, v4 batched and "
            "DG charged / ours_grouped; `vs DG gemm` = DG gemm / ours_grouped; `vs torch` = torch bf16 / ours_grouped. "
-           "✗: that output failed the sampled float64 check (24 rows, rtol 2e-2 plus 1e-3 of the row's largest)."
+           "Checks, on 24 sampled rows before the timing: against float64 with the activations quantized by "
+           "`fp8_act_quant`'s contract (rtol 2e-2 plus 1e-3 of the row's largest), and against float64 of the "
+           f"unquantized activations (relative L2 error of each row <= {QUANT_NOISE_L2}: what any e4m3 quantization "
+           "with one scale per 128 values passes, about 0.04; a wrong expert or row gives about 1). ≈: passes only "
+           "the second (the implementation quantizes differently from the contract); ✗: fails both (rows of no "
+           "expert must be zeros in both); torch bf16 gets only the second."
            + (" **The run stopped before its last row: the table holds the rows it measured.**"
               if env.get("complete") is False else ""), "",
            "| model | proj | T | routing | hit | ours grouped | ours batched | v4 grouped | v4 batched | DG gemm | "
@@ -530,7 +577,10 @@ def render_md(data):
     for r in data["rows"]:
         def f(name):
             v = r.get(name + "_us")
-            mark = " ✗" if r.get(name + "_ok") is False else ""  # the sampled check failed
+            l2 = r.get(name + "_l2")
+            mark = ""
+            if r.get(name + "_ok") is False:  # the sampled check of fp8_act_quant's contract failed
+                mark = " ≈" if l2 is not None and l2 <= QUANT_NOISE_L2 else " ✗"
             return f"{v:.1f}{mark}" if v else ("error" if name + "_error" in r else "–")
         ours = r.get("ours_grouped_us")
         others = [r.get(x + "_us") for x in ("v4_grouped", "v4_batched", "deepgemm_charged") if r.get(x + "_us")]
@@ -559,7 +609,11 @@ def render_md(data):
             f"slower than torch bf16: {sum(1 for x in ratios_t if x < 1)}; "
             f"below 80 % of the roofline: {sum(1 for x in fracs if x < 0.8)}. Failed checks: "
             + ", ".join(f"{name} {sum(1 for r in data['rows'] if r.get(name + '_ok') is False)} of {len(data['rows'])}"
-                        for name in IMPLS) + "."]
+                        for name in IMPLS) + "; of those, outside the quantization-noise bound as well: "
+            + ", ".join(f"{name} {sum(1 for r in data['rows'] if r.get(name + '_ok') is False and not _in_noise(r, name))}"
+                        for name in IMPLS + ["torch_bf16_grouped_mm"]) + ". Largest relative L2 error: "
+            + ", ".join(f"{name} {max((r[name + '_l2'] for r in data['rows'] if r.get(name + '_l2') is not None), default=float('nan')):.3f}"
+                        for name in IMPLS + ["torch_bf16_grouped_mm"]) + "."]
     return "\n".join(out) + "\n"
 
 

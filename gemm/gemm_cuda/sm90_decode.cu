@@ -14,7 +14,9 @@
 #include "sm90_decode.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <utility>
 
 #include "sm90_ptx.cuh"
@@ -447,6 +449,62 @@ cudaError_t launch_rows(const DecodeArgs& a, cudaStream_t stream) {
   return a.rows_per_cta == 64 ? launch<Cfg<BT, 1>>(a, stream) : launch<Cfg<BT, 2>>(a, stream);
 }
 
+// Clusters of each size 1..kDecodeMaxSplit of configuration C that fit on device `dev` at once (0 where
+// the occupancy API does not say), into slots[0..kDecodeMaxSplit].
+template <class C>
+void query_cluster_slots(int dev, int32_t* slots) {
+  if (opt_in_dynamic_smem<fp8_decode_gemm_kernel<C>>(dev, C::kSmemBytes + 4 * (3 * kDecodeMaxExperts + 1)) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  for (int split = 1; split <= kDecodeMaxSplit; ++split) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(split);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(static_cast<unsigned>(split));
+    lc.blockDim = dim3(C::kThreads);
+    lc.dynamicSmemBytes = C::kSmemBytes;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, fp8_decode_gemm_kernel<C>, &lc) == cudaSuccess) slots[split] = n;
+    else cudaGetLastError();
+  }
+}
+
+// DecodeArgs::cluster_slots of token tile BT on the current device, queried once per device.
+template <int BT>
+const int32_t* cluster_slots() {
+  constexpr int kDevices = 64, kPerDevice = 2 * (kDecodeMaxSplit + 1);
+  static int32_t table[kDevices][kPerDevice] = {};
+  static std::atomic<bool> ready[kDevices] = {};
+  static std::mutex mutex;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (!ready[dev].load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!ready[dev].load(std::memory_order_relaxed)) {
+      query_cluster_slots<Cfg<BT, 1>>(dev, table[dev]);
+      query_cluster_slots<Cfg<BT, 2>>(dev, table[dev] + kDecodeMaxSplit + 1);
+      ready[dev].store(true, std::memory_order_release);
+    }
+  }
+  return table[dev];
+}
+
+template <int BT>
+cudaError_t plan_and_launch(const DecodeArgs& args, cudaStream_t stream) {
+  DecodeArgs a = args;
+  a.cluster_slots = cluster_slots<BT>();
+  return launch_rows<BT>(decode_plan(a), stream);
+}
+
 }  // namespace decode
 
 bool decode_can_implement(const DecodeArgs& a) {
@@ -461,12 +519,11 @@ bool decode_can_implement(const DecodeArgs& a) {
 
 cudaError_t decode_run(const DecodeArgs& args, cudaStream_t stream) {
   if (!decode_can_implement(args)) return cudaErrorInvalidValue;
-  const DecodeArgs a = decode_plan(args);
-  switch (a.expert_mode() ? decode_expert_chunk_rows(a.m, a.experts) : decode::token_tile(a.m)) {
-    case 8: return decode::launch_rows<8>(a, stream);
-    case 16: return decode::launch_rows<16>(a, stream);
-    case 32: return decode::launch_rows<32>(a, stream);
-    default: return decode::launch_rows<64>(a, stream);
+  switch (args.expert_mode() ? decode_expert_chunk_rows(args.m, args.experts) : decode::token_tile(args.m)) {
+    case 8: return decode::plan_and_launch<8>(args, stream);
+    case 16: return decode::plan_and_launch<16>(args, stream);
+    case 32: return decode::plan_and_launch<32>(args, stream);
+    default: return decode::plan_and_launch<64>(args, stream);
   }
 }
 

@@ -45,6 +45,10 @@ struct DecodeArgs {
   int32_t rows_per_cta = 0;  // weight rows per CTA, 64 or 128; 0: chosen by decode_plan
   int32_t k_split = 0;       // CTAs per weight tile along K, 1..kDecodeMaxSplit; 0: chosen by decode_plan
   int32_t sm_count = 0;      // SMs of the device (0: taken as 132, an H100 / H200)
+  // Clusters of s CTAs that fit on the device at once, [rows_per_cta / 64 - 1][s] (decode_run fills it from
+  // the occupancy API: a cluster stays inside one GPC, so fewer fit than the SM slots / s); nullptr or 0:
+  // taken as the slots / s.
+  const int32_t* cluster_slots = nullptr;
   // Launch as a programmatic dependent of the stream's previous kernel (the launcher's preparation
   // pass): the kernel waits for it (griddepcontrol.wait) before touching global memory.
   bool overlap_previous = false;
@@ -87,10 +91,11 @@ constexpr int token_tile(int m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 3
 // Estimated time (seconds) to stream the weight with `rows` weight rows per CTA and `split` CTAs per tile
 // along K: the weight bytes at the HBM's rate, the weight and activation tiles together at the L2's (every
 // CTA reads the activation rows again), or the busiest CTA's share at the rate one CTA's ring sustains,
-// whichever is longest; plus a start-up cost per wave of CTAs (ctas_per_sm * sms at a time; unsplit tiles
-// run as one persistent wave) and the cluster reduction of a split tile. Constants fitted to H200
-// measurements of every plan on DeepSeek-V3 shapes (benchmarks/gemm_bench.py --calibrate-decode).
-inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int sms) {
+// whichever is longest; plus a start-up cost per wave of CTAs and the cluster reduction of a split tile.
+// Unsplit tiles run as one persistent wave; split tiles in waves of `clusters` clusters (0: slots / split),
+// the busiest CTA's share counted once per wave. Constants fitted to H200 measurements of every plan on
+// DeepSeek-V3 shapes (benchmarks/gemm_bench.py --calibrate-decode).
+inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int sms, int64_t clusters = 0) {
   constexpr double kHbmRate = 3.4e12;        // bytes/s of weight the HBM delivers to streaming CTAs
   constexpr double kL2Rate = 7.0e12;         // bytes/s of weight + activation tiles into the SMs
   constexpr double kCtaRate = 20.0e9;        // bytes/s one CTA's TMA ring sustains
@@ -100,9 +105,10 @@ inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int 
   const int64_t units = tiles * split, slots = int64_t(ctas_per_sm(bt, rows / 64)) * sms;
   const int64_t kb_per = (kb + split - 1) / split;
   // Unsplit tiles: min(tiles, slots) persistent CTAs, the busiest taking `rounds` tiles. Split tiles:
-  // one CTA per unit, in waves.
-  const int64_t rounds = split == 1 ? (tiles + slots - 1) / slots : 1;
-  const int64_t waves = split == 1 ? 1 : (units + slots - 1) / slots;
+  // one cluster per tile, `per_wave` clusters at a time.
+  const int64_t per_wave = clusters > 0 ? clusters : (slots / split > 0 ? slots / split : 1);
+  const int64_t waves = split == 1 ? 1 : (tiles + per_wave - 1) / per_wave;
+  const int64_t rounds = split == 1 ? (tiles + slots - 1) / slots : waves;
   const double w_bytes = double(tiles * rows) * double(kb * kBlockK);
   const double wx_bytes = double(units) * double(kb_per) * double((rows + bt) * kBlockK);
   const double cta_bytes = double(rounds * kb_per) * double(rows * kBlockK);
@@ -137,6 +143,9 @@ inline DecodeArgs decode_plan(const DecodeArgs& a) {
   const bool experts = a.expert_mode();
   const int bt = experts ? decode_expert_chunk_rows(a.m, a.experts) : decode::token_tile(a.m);
   const int64_t hit = experts ? (a.m < a.experts ? a.m : a.experts) : 1;
+  auto clusters = [&](int rows, int split) -> int64_t {
+    return a.cluster_slots != nullptr ? a.cluster_slots[(rows / 64 - 1) * (kDecodeMaxSplit + 1) + split] : 0;
+  };
   const int64_t n_rows = experts ? hit * a.n : a.n;
   bool found = false;
   double best = 0.0;
@@ -146,11 +155,12 @@ inline DecodeArgs decode_plan(const DecodeArgs& a) {
       if (a.k_split != 0 && split != a.k_split) continue;
       const int64_t kb_per = (kb + split - 1) / split;
       if (a.k_split == 0 && (split - 1) * kb_per >= kb) continue;
-      if (experts && split > 1 &&
-          decode::expert_max_units(a.m, a.n, a.experts, bt, rows) * split >
-              int64_t(decode::ctas_per_sm(bt, rows / 64)) * sms)
-        continue;
-      const double cost = decode::plan_cost(n_rows, kb, bt, rows, split, sms);
+      if (experts && split > 1) {
+        const int64_t fit = clusters(rows, split) > 0 ? clusters(rows, split)
+                                                      : int64_t(decode::ctas_per_sm(bt, rows / 64)) * sms / split;
+        if (decode::expert_max_units(a.m, a.n, a.experts, bt, rows) > fit) continue;
+      }
+      const double cost = decode::plan_cost(n_rows, kb, bt, rows, split, sms, clusters(rows, split));
       if (!found || cost < best) {
         found = true;
         best = cost;

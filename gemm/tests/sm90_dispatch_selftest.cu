@@ -126,9 +126,10 @@ void generic_rule_on_deepgemm_shapes() {
   };
   const Case cases[] = {
       {64, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 24576, 1536, SK::kTile64x128, SS::kDataParallel},
-      {64, 32768, 512, SK::kTile64x128, SS::kDataParallel}, {64, 7168, 16384, SK::kDecode, SS::kSplitK},
+      {64, 32768, 512, SK::kTile64x128, SS::kDataParallel}, {64, 7168, 16384, SK::kTile64x128, SS::kDataParallel},
       {64, 36864, 7168, SK::kTile64x128, SS::kStreamK},    {32, 36864, 7168, SK::kDecode, SS::kSplitK},
       {1, 2112, 7168, SK::kDecode, SS::kSplitK},           {16, 7168, 2048, SK::kDecode, SS::kSplitK},
+      {64, 7168, 2048, SK::kTile64x128, SS::kDataParallel}, {64, 4096, 7168, SK::kDecode, SS::kSplitK},
       {128, 2112, 7168, SK::kTile128x64, SS::kStreamK},    {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
       {128, 32768, 512, SK::kTile128x64, SS::kDataParallel},
       {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
