@@ -55,6 +55,15 @@ TIMING_TEXT = ("L2 flushed by reading a 512 MB buffer before each call. Kernel t
                "reference before it was timed (✗: check failed, not timed; —: refused the shape or not available).")
 
 
+def _packed_commit(dg):
+    """The commit pack_deepgemm.sh wrote next to the package (DEEPGEMM_COMMIT), if any."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(dg.__file__))), "DEEPGEMM_COMMIT")) as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "not recorded (an archive without DEEPGEMM_COMMIT)"
+
+
 def suite_shapes(name):
     if name == "deepgemm":
         return list(gb.DEEPGEMM_PUBLISHED)
@@ -97,7 +106,7 @@ def import_deepgemm():
 
 def deepgemm_info(dg):
     info = dict(version=getattr(dg, "__version__", None), file=getattr(dg, "__file__", None),
-                commit=os.environ.get("DG_COMMIT", "not recorded in the packed checkout (pack_deepgemm.sh names it)"),
+                commit=os.environ.get("DG_COMMIT") or _packed_commit(dg),
                 jit_cache_dir=os.environ.get("DG_JIT_CACHE_DIR"))
     root = os.path.dirname(os.path.dirname(os.path.abspath(dg.__file__)))
     try:

@@ -82,6 +82,52 @@ def test_moe_bench_renders_the_committed_results():
     assert all(len(line.split(" | ")) == 17 for line in rows)
 
 
+def test_deepgemm_bench_renders_the_committed_results(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCH / "deepgemm_bench.py"), "--render",
+                             str(BENCH / "results" / "deepgemm_h100.json"), "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    committed = (BENCH / "results" / "deepgemm_h100.md").read_text()
+    assert (tmp_path / "deepgemm_h100.md").read_text() == committed, (
+        "benchmarks/results/deepgemm_h100.md is not what deepgemm_bench.py renders from the json")
+    data = json.loads((BENCH / "results" / "deepgemm_h100.json").read_text())
+    # Every measured shape of ours passed its float64 check before it was timed.
+    rows = [r for suite in data["suites"].values() for r in suite]
+    assert rows and all(r["impls"]["ours"]["ok"] for r in rows)
+
+
+def test_moe_bench_quantization_noise_check_separates_noise_from_a_wrong_expert():
+    import torch
+
+    mb = load_moe_bench()
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(6, 256, generator=gen)
+    b = (torch.randn(3, 128, 256, generator=gen) * 8).to(torch.float8_e4m3fn)
+    bs = torch.rand(3, 1, 2, generator=gen) + 0.5
+    experts = torch.tensor([0, 1, 2, 0, -1, 1])
+    rows = torch.arange(6)
+    ref = mb.raw_reference(torch, a, b, bs, experts, rows)
+    # Each activation through e4m3 with one scale per 128 values, as any FP8 quantization does.
+    q = torch.zeros_like(a)
+    for g in range(2):
+        blk = a[:, g * 128:(g + 1) * 128]
+        sc = blk.abs().amax(1, keepdim=True) / 448
+        q[:, g * 128:(g + 1) * 128] = (blk / sc).to(torch.float8_e4m3fn).float() * sc
+    out = torch.zeros(6, 128, dtype=torch.float64)
+    for r in range(6):
+        if experts[r] >= 0:
+            e = int(experts[r])
+            w = b[e].double() * bs[e].double().repeat_interleave(128, 1)
+            out[r] = w @ q[r].double()
+    assert mb.rel_l2(torch, out, ref, rows) <= mb.QUANT_NOISE_L2
+    wrong = out.clone()
+    wrong[0] = out[1]  # a row computed against another expert's weights
+    assert mb.rel_l2(torch, wrong, ref, rows) > mb.QUANT_NOISE_L2
+    stray = out.clone()
+    stray[4] = 1.0  # a row of no expert must stay zero
+    assert mb.rel_l2(torch, stray, ref, rows) == float("inf")
+
+
 def load_moe_bench():
     spec = importlib.util.spec_from_file_location("moe_bench", BENCH / "moe_bench.py")
     module = importlib.util.module_from_spec(spec)
