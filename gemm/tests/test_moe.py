@@ -333,6 +333,25 @@ def test_cpu_result_does_not_depend_on_threads(restore_num_threads):
 # UE8M0 scales (torch.float8_e8m0fnu): converted to float32 by a torch op on the scales' device
 
 
+def test_e4m3fn_weights_halved_are_e4m3fnuz_weights_with_doubled_scales(device):
+    """The once-per-checkpoint conversion the README gives for gfx942: exact for every byte (NaN stays NaN, -0
+    becomes 0), and the expert GEMM on the converted weights within the quantization noise of the original."""
+    every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    halved = (every.float() / 2).to(torch.float8_e4m3fnuz)
+    nan = torch.isnan(every.float())
+    assert torch.equal(torch.isnan(halved.float()), nan)
+    assert torch.equal(halved.float()[~nan] * 2, every.float()[~nan])
+    gen = generator("fn to fnuz")
+    b, bs, _ = experts(4, 256, 384, "e4m3fn", "fp32", gen)
+    a = activations(40, 384, torch.bfloat16, gen)
+    ids = routing("uniform", 40, 4, gen)
+    b_fnuz = (b.float() / 2).to(torch.float8_e4m3fnuz)
+    c = gemm.matmul_batched(a.to(device), b.to(device), bs.to(device), ids.to(device), BLOCK).double().cpu()
+    c_fnuz = gemm.matmul_batched(a.to(device), b_fnuz.to(device), (bs * 2).to(device), ids.to(device), BLOCK)
+    rel = (c - c_fnuz.double().cpu()).norm(dim=1) / c.norm(dim=1)
+    assert bool((rel < 0.1).all()), f"largest relative row error {float(rel.max())} (seed {SEED})"
+
+
 def test_e8m0_conversion_is_exact_for_every_code(device):
     codes = torch.arange(256, dtype=torch.uint8)
     got = codes.to(device).view(torch.float8_e8m0fnu).to(torch.float32).cpu()
