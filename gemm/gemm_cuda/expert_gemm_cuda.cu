@@ -359,6 +359,78 @@ bool valid(const ExpertGemmProblem& p) {
          p.a_scale != nullptr && p.b != nullptr && p.b_scale != nullptr && p.out != nullptr && routing_ok;
 }
 
+// The tiled paths' activation rows in expert order: fp8 rows, their scales
+// (row stride 1, K-block stride sa_stride_kb) and the output row of each (nullptr: the same row).
+struct SortedRows {
+  const uint8_t* a;
+  int64_t lda;
+  const float* sa;
+  int64_t sa_stride_kb;
+  const int32_t* row_map;
+};
+
+// The decode kernel in expert mode: segments from the routing kernel, or (segments == nullptr) from the offsets.
+sm90::DecodeArgs decode_args(const ExpertGemmProblem& p, const SortedRows& rows, const int32_t* segments, int sms,
+                             bool overlap_previous) {
+  sm90::DecodeArgs d;
+  d.m = static_cast<int32_t>(p.s);
+  d.n = static_cast<int32_t>(p.n);
+  d.k = static_cast<int32_t>(p.k);
+  d.a = rows.a;
+  d.lda = rows.lda;
+  d.sa = rows.sa;
+  d.sa_stride_m = 1;
+  d.sa_stride_kb = rows.sa_stride_kb;
+  d.b = p.b;
+  d.ldb = p.b_stride_n;
+  d.sb = p.b_scale;
+  d.sb_stride_nb = p.b_scale_stride_nb;
+  d.sb_stride_kb = p.b_scale_stride_kb;
+  d.sb_stride_e = p.b_scale_stride_e;
+  d.out = p.out;
+  d.out_stride_m = p.out_stride_s;
+  d.out_stride_n = 1;
+  d.sm_count = sms;
+  d.overlap_previous = overlap_previous;
+  d.experts = static_cast<int32_t>(p.experts);
+  d.row_map = rows.row_map;
+  d.segments = segments;
+  if (segments == nullptr) {
+    d.offsets = p.offsets;
+    d.offsets_stride = p.offsets_stride;
+  }
+  return d;
+}
+
+// The tile kernel over the experts' segments, as a programmatic dependent of the routing kernel.
+sm90::ExpertArgs tile_args(const ExpertGemmProblem& p, const SortedRows& rows, const int32_t* segments, int sms) {
+  sm90::ExpertArgs e;
+  sm90::KernelArgs& a = e.base;
+  a.m = static_cast<int32_t>(p.s);
+  a.n = static_cast<int32_t>(p.n);
+  a.k = static_cast<int32_t>(p.k);
+  a.a = rows.a;
+  a.lda = rows.lda;
+  a.sfa = rows.sa;
+  a.sfa_ld = static_cast<int32_t>(rows.sa_stride_kb);
+  a.sfa_rows = static_cast<int32_t>(p.s);
+  a.b = p.b;
+  a.ldb = p.b_stride_n;
+  a.sfb = p.b_scale;
+  a.sfb_ld = static_cast<int32_t>(p.b_scale_stride_nb);
+  a.sfb_rows = static_cast<int32_t>(p.n_blocks());
+  a.d = p.out;
+  a.ldd = p.out_stride_s;
+  a.sm_count = sms;
+  a.group = 8;
+  a.overlap_previous = true;
+  e.experts = static_cast<int32_t>(p.experts);
+  e.sfb_expert_stride = p.b_scale_stride_e;
+  e.segments = segments;
+  e.row_map = rows.row_map;
+  return e;
+}
+
 }  // namespace
 
 size_t expert_workspace_bytes(const ExpertGemmProblem& p) { return valid(p) ? make_plan(p).total : 0; }
@@ -387,60 +459,10 @@ cudaError_t expert_gemm(const ExpertGemmProblem& p, void* workspace, size_t work
     return launch(expert_gemm_generic_kernel, grid, kGenericThreads, 0, stream, false, p, static_cast<const int32_t*>(seg));
   }
 
-  sm90::DecodeArgs d;
-  d.m = static_cast<int32_t>(p.s);
-  d.n = static_cast<int32_t>(p.n);
-  d.k = static_cast<int32_t>(p.k);
-  d.b = p.b;
-  d.ldb = p.b_stride_n;
-  d.sb = p.b_scale;
-  d.sb_stride_nb = p.b_scale_stride_nb;
-  d.sb_stride_kb = p.b_scale_stride_kb;
-  d.sb_stride_e = p.b_scale_stride_e;
-  d.out = p.out;
-  d.out_stride_m = p.out_stride_s;
-  d.out_stride_n = 1;
-  d.sm_count = sms;
-  d.overlap_previous = true;  // after the routing kernel
-  d.segments = seg;
-  d.experts = experts;
-  if (fused_offsets) {
-    d.overlap_previous = after_producer;
-    d.segments = nullptr;
-    d.offsets = p.offsets;
-    d.offsets_stride = p.offsets_stride;
-  }
-
-  sm90::ExpertArgs e;
-  sm90::KernelArgs& a = e.base;
-  a.m = static_cast<int32_t>(p.s);
-  a.n = static_cast<int32_t>(p.n);
-  a.k = static_cast<int32_t>(p.k);
-  a.b = p.b;
-  a.ldb = p.b_stride_n;
-  a.sfb = p.b_scale;
-  a.sfb_ld = static_cast<int32_t>(p.b_scale_stride_nb);
-  a.sfb_rows = static_cast<int32_t>(p.n_blocks());
-  a.d = p.out;
-  a.ldd = p.out_stride_s;
-  a.sm_count = sms;
-  a.group = 8;
-  a.overlap_previous = true;  // after the routing kernel
-  e.experts = experts;
-  e.sfb_expert_stride = p.b_scale_stride_e;
-  e.segments = seg;
-  if (p.routing == ExpertRouting::kSortedOffsets) {
-    a.a = p.a;
-    a.lda = p.a_stride_s;
-    a.sfa = p.a_scale;
-    a.sfa_ld = static_cast<int32_t>(p.a_scale_stride_kb);
-    a.sfa_rows = static_cast<int32_t>(p.s);
-    d.a = p.a;
-    d.lda = p.a_stride_s;
-    d.sa = p.a_scale;
-    d.sa_stride_m = p.a_scale_stride_s;
-    d.sa_stride_kb = p.a_scale_stride_kb;
-  } else {
+  // The fp8 activation rows in expert order: a as it is (matmul_grouped), else gathered by the routing kernels
+  // into the workspace, with the map back to the output rows. a_scale's row stride is 1 on the tiled path.
+  SortedRows rows{p.a, p.a_stride_s, p.a_scale, p.a_scale_stride_kb, nullptr};
+  if (p.routing == ExpertRouting::kPerRowIds) {
     int32_t* perm = at<int32_t>(workspace, pl.off_perm);
     int32_t* row_map = at<int32_t>(workspace, pl.off_row_map);
     uint8_t* a_sorted = at<uint8_t>(workspace, pl.off_a);
@@ -456,20 +478,15 @@ cudaError_t expert_gemm(const ExpertGemmProblem& p, void* workspace, size_t work
     err = launch(batched_gather_kernel, std::max(grid, 1), 256, 0, stream, true, p, static_cast<const int32_t*>(perm),
                  a_sorted, sfa_sorted, pl.sfa_ld);
     if (err != cudaSuccess) return err;
-    a.a = a_sorted;
-    a.lda = p.k;
-    a.sfa = sfa_sorted;
-    a.sfa_ld = static_cast<int32_t>(pl.sfa_ld);
-    a.sfa_rows = static_cast<int32_t>(p.s);
-    e.row_map = row_map;
-    d.a = a_sorted;
-    d.lda = p.k;
-    d.sa = sfa_sorted;
-    d.sa_stride_m = 1;
-    d.sa_stride_kb = pl.sfa_ld;
-    d.row_map = row_map;
+    rows = SortedRows{a_sorted, p.k, sfa_sorted, pl.sfa_ld, row_map};
   }
-  if (pl.decode) return sm90::decode_can_implement(d) ? sm90::decode_run(d, stream) : cudaErrorInvalidValue;
+  if (pl.decode) {
+    // Without a routing kernel (fused_offsets) the first launch follows the caller's producer directly.
+    const sm90::DecodeArgs d = decode_args(p, rows, fused_offsets ? nullptr : seg, sms,
+                                           fused_offsets ? after_producer : true);
+    return sm90::decode_can_implement(d) ? sm90::decode_run(d, stream) : cudaErrorInvalidValue;
+  }
+  const sm90::ExpertArgs e = tile_args(p, rows, seg, sms);
   if (!sm90::expert_tiles_can_implement(e)) return cudaErrorInvalidValue;
   return pl.bm == 64 ? sm90::expert_tile64x128_run(e, stream) : sm90::expert_tile128x128_run(e, stream);
 }
