@@ -30,7 +30,6 @@ Writes deepgemm_<gpu>.json, deepgemm_<gpu>.md (and the run's log) to --out (defa
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gemm_bench as gb  # noqa: E402
+import worker_pool  # noqa: E402
 
 IMPLS = ("ours", "deepgemm", "cutlass", "torch_blockwise", "torch_tensorwise")
 CUTLASS_CONFIG = "cutlass128x128,dp,1,1"
@@ -219,29 +219,15 @@ def warm_deepgemm(shapes, out_dir, timeout_s, log):
         path = os.path.join(out_dir, f"deepgemm_warm_{i}.log")
         f = open(path, "w")
         spec = ";".join(f"{m},{n},{k}" for (m, n, k) in load)
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--warm-deepgemm", spec], stdout=f,
-                             stderr=subprocess.STDOUT, cwd=os.getcwd(), start_new_session=True)
+        p = worker_pool.start([sys.executable, os.path.abspath(__file__), "--warm-deepgemm", spec], stdout=f,
+                              stderr=subprocess.STDOUT, cwd=os.getcwd())
         procs.append((p, f, path))
     log(f"deepgemm JIT warm-up: {len(shapes)} shapes ({len(groups)} N x K groups) on {len(procs)} workers, "
         f"{before} kernels cached before; estimated kernels per worker {sorted(c for c in cost if c)}")
-    deadline = t0 + timeout_s
-    while time.time() < deadline and any(p.poll() is None for p, _, _ in procs):
-        time.sleep(1.0)
-    killed = 0
-    for p, _, _ in procs:
-        if p.poll() is None:  # the worker and the nvcc it started (its own process group)
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                p.kill()
-            killed += 1
+    killed = len(worker_pool.wait_until([p for p, _, _ in procs], t0 + timeout_s))
     rcs = []
     with open(os.path.join(out_dir, "deepgemm_warm.log"), "w") as merged:
         for p, f, path in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
             rcs.append(p.returncode)
             f.close()
             try:
@@ -260,37 +246,6 @@ def warm_deepgemm(shapes, out_dir, timeout_s, log):
 # ----------------------------------------------------------------------------------------------
 # Measurement
 # ----------------------------------------------------------------------------------------------
-class Timer(gb.Timer):
-    """gemm_bench's Timer; kernels() learns the flush's kernel names once instead of on every call (one
-    profiler session per timing instead of two), otherwise the same measurement."""
-
-    _flush_names = None
-
-    def kernels(self, fn, flush=True):
-        torch = self.torch
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
-        def cuda_events(body):
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                body()
-                torch.cuda.synchronize()
-            return [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-
-        if self._flush_names is None:
-            self._flush_names = {e.name for e in cuda_events(self.flush)}
-        fn()
-        torch.cuda.synchronize()
-
-        def body():
-            for _ in range(self.reps):
-                if flush:
-                    self.flush()
-                fn()
-
-        return sum(e.device_time for e in cuda_events(body) if e.name not in self._flush_names) / self.reps
-
-
 def measure(torch, fn, out, ref, timer, kernel_time=True):
     """{ok, event_us, kernel_us, error}: the output checked first (out=None: fn returns it), then timed."""
     r = dict(ok=None, event_us=None, kernel_us=None)
@@ -599,7 +554,7 @@ def main():
             data["warmup"] = dict(error=err_text(e))
             log(f"deepgemm warm-up failed: {e}")
 
-    timer = Timer(torch, args.reps)
+    timer = gb.Timer(torch, args.reps)
     last_write = time.time()
     done = {}
     ready_counts = {}

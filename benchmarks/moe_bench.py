@@ -33,11 +33,12 @@ import importlib.util
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import time
 import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import worker_pool  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = [  # name, experts, (N, K) of gate_up and down
@@ -119,44 +120,33 @@ def copy_bandwidth(torch, timer):
     return 2 * src.numel() / us / 1e6  # TB/s, read + write
 
 
-def sampled_reference(torch, a, b, bs, expert_of_row, rows, block=128):
-    """float64 A @ dequant(B[e]).T of the sampled rows, A quantized per row and 128 group as fp8_act_quant's
-    contract says (scale = max(amax / 448, 1e-12), q = e4m3fn(x / scale), IEEE float32). The quantization runs
-    on the CPU: on a GPU torch divides by a Python scalar through its reciprocal, which is one ulp off the
-    quotient for some amax values."""
-    out = []
+def sampled_references(torch, a, b, bs, expert_of_row, rows, block=128):
+    """(contract, raw): float64 A @ dequant(B[e]).T of the sampled rows (None for a row of no expert), each
+    expert dequantized once per row for both.
+    contract: A quantized per row and 128 group as fp8_act_quant's contract says (scale = max(amax / 448,
+    1e-12), q = e4m3fn(x / scale), IEEE float32). The quantization runs on the CPU: on a GPU torch divides by a
+    Python scalar through its reciprocal, which is one ulp off the quotient for some amax values.
+    raw: from the unquantized activations, what any FP8 quantization of A approximates."""
+    contract, raw = [], []
     k = a.shape[1]
+    g = (k + block - 1) // block
     for r in rows.tolist():
         e = int(expert_of_row[r])
         if e < 0:
-            out.append(None)
+            contract.append(None)
+            raw.append(None)
             continue
         x = a[r].float().cpu()
-        g = (k + block - 1) // block
         xp = torch.nn.functional.pad(x, (0, g * block - k)).view(g, block)
         sc = torch.clamp(xp.abs().amax(-1) / 448.0, min=1e-12)
         q = ((xp / sc[:, None]).to(torch.float8_e4m3fn).double() * sc.double()[:, None]).to(b.device)
         w = b[e].double() * bs[e].double().repeat_interleave(block, 0)[: b.shape[1]].repeat_interleave(block, 1)[:, :k]
-        out.append(w @ q.flatten()[:k])
-    return out
+        contract.append(w @ q.flatten()[:k])
+        raw.append(w @ a[r].double().to(b.device))
+    return contract, raw
 
 
-def raw_reference(torch, a, b, bs, expert_of_row, rows, block=128):
-    """float64 A @ dequant(B[e]).T of the sampled rows from the unquantized activations: what any FP8
-    quantization of A approximates."""
-    out = []
-    k = a.shape[1]
-    for r in rows.tolist():
-        e = int(expert_of_row[r])
-        if e < 0:
-            out.append(None)
-            continue
-        w = b[e].double() * bs[e].double().repeat_interleave(block, 0)[: b.shape[1]].repeat_interleave(block, 1)[:, :k]
-        out.append(w @ a[r].double().to(b.device))
-    return out
-
-
-# Largest relative L2 error of a sampled row against raw_reference that an FP8 (e4m3, per 128-group scale)
+# Largest relative L2 error of a sampled row against the raw reference (sampled_references) that an FP8 (e4m3, per 128-group scale)
 # quantization of the activations passes: its rounding error is about 2^-4 / sqrt(3) = 3.6 % of each term,
 # so of the row; a wrong expert or row gives ~100 %.
 QUANT_NOISE_L2 = 0.1
@@ -283,23 +273,12 @@ def warm_deepgemm(torch, shapes, align, workers, timeout_s):
     calls = sum(len(c["ms"]) for c in chunks)
     print(f"[warm] {calls} DeepGEMM calls over {len(chunks)} processes (weights budget {budget / 2**30:.0f} GiB)",
           flush=True)
-    # Each in its own process group, so that a timeout also ends the compilers it started.
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--warm-deepgemm", plan_path,
-                               "--warm-index", str(i)], start_new_session=True) for i in range(len(chunks))]
-    deadline, last = t0 + timeout_s, t0
-    pending = list(procs)
-    while pending and time.time() < deadline:
-        time.sleep(1)
-        pending = [p for p in pending if p.poll() is None]
-        if time.time() - last >= 30:
-            last = time.time()
-            print(f"[warm] {len(procs) - len(pending)} of {len(procs)} done, {last - t0:.0f} s", flush=True)
-    for p in pending:  # past the timeout: the rest compiles on first use in the measurements
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            p.kill()
-        p.wait()
+    procs = [worker_pool.start([sys.executable, os.path.abspath(__file__), "--warm-deepgemm", plan_path,
+                                "--warm-index", str(i)]) for i in range(len(chunks))]
+    # Past the deadline the rest compiles on first use in the measurements.
+    pending = worker_pool.wait_until(
+        procs, t0 + timeout_s,
+        tick=lambda done, total: print(f"[warm] {done} of {total} done, {time.time() - t0:.0f} s", flush=True))
     info = dict(processes=len(procs), calls=calls, seconds=round(time.time() - t0, 1), timed_out=len(pending),
                 failed=sum(1 for p in procs if p.returncode not in (0, None) and p not in pending))
     print(f"[warm] {info}", flush=True)
@@ -447,8 +426,7 @@ def run(args):
                     byts = hit * n * k + hit * (n // 128) * (k // 128) * 4 + s * k * 2 + s * n * 2
                     flops = 2.0 * s * n * k
                     sample = torch.randperm(s, generator=gen)[: min(s, 24)]
-                    ref = sampled_reference(torch, a.float(), b, bs, sorted_ids, sample)
-                    ref_raw = raw_reference(torch, a.float(), b, bs, sorted_ids, sample)
+                    ref, ref_raw = sampled_references(torch, a.float(), b, bs, sorted_ids, sample)
                     row = dict(model=model, proj=proj, experts=experts, n=n, k=k, tokens=tokens,
                                routing="skewed" if skewed else "uniform", rows=s, experts_hit=hit, bytes=byts)
                     impls = {

@@ -106,7 +106,7 @@ def test_moe_bench_quantization_noise_check_separates_noise_from_a_wrong_expert(
     bs = torch.rand(3, 1, 2, generator=gen) + 0.5
     experts = torch.tensor([0, 1, 2, 0, -1, 1])
     rows = torch.arange(6)
-    ref = mb.raw_reference(torch, a, b, bs, experts, rows)
+    _, ref = mb.sampled_references(torch, a, b, bs, experts, rows)
     # Each activation through e4m3 with one scale per 128 values, as any FP8 quantization does.
     q = torch.zeros_like(a)
     for g in range(2):
@@ -126,6 +126,41 @@ def test_moe_bench_quantization_noise_check_separates_noise_from_a_wrong_expert(
     stray = out.clone()
     stray[4] = 1.0  # a row of no expert must stay zero
     assert mb.rel_l2(torch, stray, ref, rows) == float("inf")
+
+
+def test_worker_pool_ends_late_workers_with_the_processes_they_started(tmp_path):
+    import time
+
+    sys.path.insert(0, str(BENCH))
+    import worker_pool
+
+    pid_file = tmp_path / "child.pid"
+    quick = worker_pool.start([sys.executable, "-c", "pass"])
+    # A late worker with a child of its own, as a warm-up worker with its nvcc.
+    late = worker_pool.start([sys.executable, "-c",
+                              "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+                              "'import time; time.sleep(60)']); open(sys.argv[1], 'w').write(str(c.pid)); time.sleep(60)",
+                              str(pid_file)])
+    while not pid_file.exists() or not pid_file.read_text():
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    ticks = []
+    killed = worker_pool.wait_until([quick, late], time.time() + 2.5, tick=lambda d, t: ticks.append((d, t)), tick_s=1.0)
+    assert killed == [late] and quick.returncode == 0 and late.returncode is not None
+    assert ticks and ticks[-1] == (1, 2)
+    def running(pid):  # a killed child that nobody has reaped yet is a zombie: not running
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    for _ in range(50):  # the child went with its worker's process group
+        if not running(child):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the late worker's child is still running")
 
 
 def load_moe_bench():
@@ -176,7 +211,7 @@ def test_moe_bench_deepgemm_layout_maps_every_row_back():
         bs = torch.rand(experts, n // 128, k // 128, generator=gen) * 1e-3 + 1e-4
         a = torch.randn(sorted_ids.numel(), k, generator=gen).to(torch.bfloat16)
         sample = torch.randperm(a.shape[0], generator=gen)[:24]
-        ref = bench.sampled_reference(torch, a.float(), b, bs, sorted_ids, sample)
+        ref, _ = bench.sampled_references(torch, a.float(), b, bs, sorted_ids, sample)
         rows, sf_layout, gemm_only, charged, post = bench.deepgemm_impls(
             torch, gemm, _Float64GroupedGemm(), a, b, bs, sorted_ids, counts, 128)
         assert rows == m_pad and sf_layout == "unchanged"
