@@ -59,4 +59,16 @@ int run_main(Body&& body) {
   }
 }
 
+// main() of a driver that takes one argument, the problem's directory: run(dir) under run_main.
+template <class Run>
+int dir_main(int argc, char** argv, Run&& run) {
+  return run_main([&] {
+    if (argc != 2) {
+      std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+      return 1;
+    }
+    return run(argv[1]);
+  });
+}
+
 }  // namespace fp8gemm::simt::driver

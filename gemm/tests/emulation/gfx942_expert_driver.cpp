@@ -194,12 +194,4 @@ int run(const std::string& dir) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return simt::driver::run_main([&] {
-    if (argc != 2) {
-      std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
-      return 1;
-    }
-    return run(argv[1]);
-  });
-}
+int main(int argc, char** argv) { return simt::driver::dir_main(argc, argv, run); }
