@@ -96,9 +96,9 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   // Up to 64 rows the time is reading the weight once: the decode kernel streams it with every SM (its own
   // cost model picks the rows per CTA and the K split). From 33 rows on, a weight of many rows (N >= 7168)
   // goes to 64x128 tiles instead, whose A tile is read once per 128 weight rows rather than per 64 (H200:
-  // 64x36864x7168 78 against 91 us, 64x24576x1536 19.1 against 20.1; H100: 64x7168x2048 8.7 against 10.5,
-  // 64x7168x16384 43.8 against 46.9); stream-K for a long K whose last wave of tiles is partial, from
-  // N >= 16384 (at N = 7168 data-parallel is faster: 43.8 against 47.5 us on 64x7168x16384).
+  // 64x36864x7168 78 against 91 us, 64x24576x1536 19.1 against 20.1; on an H100 the tiles also win at
+  // N = 7168, on 64x7168x2048 and 64x7168x16384); stream-K for a long K whose last wave of tiles is partial,
+  // from N >= 16384 (at N = 7168 data-parallel was the faster of the two on the H100).
   if (p.m <= sm90::kDecodeMaxM) {
     if (p.m <= 32 || p.n < 7168) return make_config(SK::kDecode, SS::kSplitK, 0, 0);
     const int64_t items = ceil_div(p.n, 128);
