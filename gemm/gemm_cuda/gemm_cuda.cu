@@ -100,10 +100,24 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   // N = 7168, on 64x7168x2048 and 64x7168x16384); stream-K for a long K whose last wave of tiles is partial,
   // from N >= 16384 (at N = 7168 data-parallel was the faster of the two on the H100).
   if (p.m <= sm90::kDecodeMaxM) {
-    if (p.m <= 32 || p.n < 7168) return make_config(SK::kDecode, SS::kSplitK, 0, 0);
-    const int64_t items = ceil_div(p.n, 128);
-    return make_config(SK::kTile64x128,
-                       p.n >= 16384 && kb >= 32 && items % sms != 0 ? SS::kStreamK : SS::kDataParallel);
+    // From 17 rows on, a weight of N >= 4096 rows goes to 64x64 tiles: 64 weight rows per CTA over the
+    // whole K, a full wave at N = 8448 (no K split to reduce, unlike the decode kernel's 64-row units);
+    // stream-K when the last of several waves is less than half full. 2048 <= N < 4096 from 33 rows:
+    // 64x32 tiles, stream-K (64x2112x7168: 66 tiles, each split in two).
+    if (p.m > 16 && p.n >= 4096) {
+      const int64_t items = ceil_div(p.n, 64);
+      const double frac = double(items % sms) / double(sms);
+      return make_config(SK::kTile64x64, items > sms && frac > 0.0 && frac < 0.5 && kb >= 16 ? SS::kStreamK
+                                                                                             : SS::kDataParallel);
+    }
+    if (p.m > 32 && p.n >= 2048 && kb >= 16) return make_config(SK::kTile64x32, SS::kStreamK);
+    return make_config(SK::kDecode, SS::kSplitK, 0, 0);
+  }
+  if (p.m <= 128 && kb >= 16 && 2 * ceil_div(p.n, 64) <= sms) {
+    // Up to 128 rows and a weight of at most one wave of 64x64 tiles (N <= 4224 on 132 SMs): those tiles
+    // over the whole K where they fill at least half of the SMs, else stream-K (128x2112x7168).
+    const int64_t items = 2 * ceil_div(p.n, 64);
+    return make_config(SK::kTile64x64, items * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
   }
   if (p.m <= 128) {
     // Still bound by reading B: one row of 128x64 tiles; stream-K when a long K meets too few tiles to
@@ -167,6 +181,9 @@ KernelEntry kernel_entry(SK k) {
     case SK::kTile128x64: return FP8GEMM_ENTRY(tile128x64);
     case SK::kTile192x128: return FP8GEMM_ENTRY(tile192x128);
     case SK::kTile192x144: return FP8GEMM_ENTRY(tile192x144);
+    case SK::kTile64x64: return FP8GEMM_ENTRY(tile64x64);
+    case SK::kTile64x32: return FP8GEMM_ENTRY(tile64x32);
+    case SK::kTile64x16: return FP8GEMM_ENTRY(tile64x16);
     case SK::kDecode: break;
   }
 #undef FP8GEMM_ENTRY
@@ -498,7 +515,8 @@ bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
 
 const char* const kKernelNames[kSm90KernelCount] = {"cutlass128x128", "cutlass128x128_f16", "tile128x128",
                                                     "tile64x128",     "tile128x192",        "tile128x64",
-                                                    "tile192x128",    "tile192x144",        "decode"};
+                                                    "tile192x128",    "tile192x144",        "decode",
+                                                    "tile64x64",      "tile64x32",          "tile64x16"};
 const char* const kSplitNames[] = {"dp", "splitk", "streamk", "heuristic"};
 
 // Index of the name that `text` starts with, followed by `sep`; -1 if none.

@@ -29,6 +29,9 @@ STUB(tile128x192)
 STUB(tile128x64)
 STUB(tile192x128)
 STUB(tile192x144)
+STUB(tile64x64)
+STUB(tile64x32)
+STUB(tile64x16)
 #undef STUB
 bool decode_can_implement(const DecodeArgs&) { return false; }
 cudaError_t decode_run(const DecodeArgs&, cudaStream_t) { return cudaErrorNotSupported; }
@@ -86,7 +89,7 @@ void generic_rule_matches_table_on(Sm90Kernel v, const char* tile, int expected,
   report(check, err);
 }
 
-// Shapes off the table: decode-sized M takes the decode kernel; short-K tall shapes take 192x128 when its waves leave
+// Shapes off the table: up to 16 rows, and up to 64 rows of a short weight, take the decode kernel; short-K tall shapes take 192x128 when its waves leave
 // each CTA no more work; a shape that is one wave of 128x128 tiles does not.
 void generic_rule_examples() {
   std::string err;
@@ -96,8 +99,11 @@ void generic_rule_examples() {
              std::to_string(static_cast<int>(fp8gemm::cuda::choose_generic_config(problem(m, n, k)).kernel)) + "; ";
   };
   expect(7, 4096, 7168, Sm90Kernel::kDecode);
-  expect(64, 4096, 300, Sm90Kernel::kDecode);
-  expect(65, 4096, 7168, Sm90Kernel::kTile128x64);
+  expect(16, 4096, 7168, Sm90Kernel::kDecode);
+  expect(32, 1536, 7168, Sm90Kernel::kDecode);
+  expect(17, 4096, 300, Sm90Kernel::kTile64x64);
+  expect(65, 4096, 7168, Sm90Kernel::kTile64x64);
+  expect(65, 4352, 7168, Sm90Kernel::kTile128x64);  // 136 tiles of 64x64: more than one wave
   // 48 x 56 tiles of 128x128 = 21 waves (42 row-slices per CTA), 32 x 56 of 192x128 = 14 waves (42),
   // K short: 192x128. At M = 6000 the 128x128 tiles need only 20 waves (40) and win.
   expect(6100, 7100, 300, Sm90Kernel::kTile192x128);
@@ -125,16 +131,17 @@ void generic_rule_on_deepgemm_shapes() {
     SS split;
   };
   const Case cases[] = {
-      {64, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 24576, 1536, SK::kTile64x128, SS::kDataParallel},
-      {64, 32768, 512, SK::kTile64x128, SS::kDataParallel}, {64, 7168, 16384, SK::kTile64x128, SS::kDataParallel},
-      {64, 36864, 7168, SK::kTile64x128, SS::kStreamK},    {32, 36864, 7168, SK::kDecode, SS::kSplitK},
+      {64, 2112, 7168, SK::kTile64x32, SS::kStreamK},      {64, 24576, 1536, SK::kTile64x64, SS::kDataParallel},
+      {64, 32768, 512, SK::kTile64x64, SS::kDataParallel},  {64, 7168, 16384, SK::kTile64x64, SS::kDataParallel},
+      {64, 36864, 7168, SK::kTile64x64, SS::kStreamK},     {32, 36864, 7168, SK::kTile64x64, SS::kStreamK},
       {1, 2112, 7168, SK::kDecode, SS::kSplitK},           {16, 7168, 2048, SK::kDecode, SS::kSplitK},
-      {64, 7168, 2048, SK::kTile64x128, SS::kDataParallel}, {64, 4096, 7168, SK::kDecode, SS::kSplitK},
-      {128, 2112, 7168, SK::kTile128x64, SS::kStreamK},    {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
+      {32, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 1536, 7168, SK::kDecode, SS::kSplitK},
+      {64, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {64, 4096, 7168, SK::kTile64x64, SS::kDataParallel},
+      {128, 2112, 7168, SK::kTile64x64, SS::kStreamK},     {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
       {128, 32768, 512, SK::kTile128x64, SS::kDataParallel},
       {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
-      {128, 4096, 7168, SK::kTile128x64, SS::kStreamK},    {128, 7168, 2048, SK::kTile128x64, SS::kDataParallel},
-      {128, 1536, 4096, SK::kTile128x64, SS::kDataParallel},
+      {128, 4096, 7168, SK::kTile64x64, SS::kDataParallel}, {128, 7168, 2048, SK::kTile128x64, SS::kDataParallel},
+      {128, 1536, 4096, SK::kTile64x64, SS::kStreamK},
       {4096, 2112, 7168, SK::kTile192x128, SS::kDataParallel},
       {4096, 24576, 1536, SK::kTile192x128, SS::kDataParallel},
       {4096, 32768, 512, SK::kTile192x128, SS::kDataParallel},
