@@ -183,7 +183,6 @@ KernelEntry kernel_entry(SK k) {
     case SK::kTile192x144: return FP8GEMM_ENTRY(tile192x144);
     case SK::kTile64x64: return FP8GEMM_ENTRY(tile64x64);
     case SK::kTile64x32: return FP8GEMM_ENTRY(tile64x32);
-    case SK::kTile64x16: return FP8GEMM_ENTRY(tile64x16);
     case SK::kDecode: break;
   }
 #undef FP8GEMM_ENTRY
@@ -516,7 +515,7 @@ bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
 const char* const kKernelNames[kSm90KernelCount] = {"cutlass128x128", "cutlass128x128_f16", "tile128x128",
                                                     "tile64x128",     "tile128x192",        "tile128x64",
                                                     "tile192x128",    "tile192x144",        "decode",
-                                                    "tile64x64",      "tile64x32",          "tile64x16"};
+                                                    "tile64x64",      "tile64x32"};
 const char* const kSplitNames[] = {"dp", "splitk", "streamk", "heuristic"};
 
 // Index of the name that `text` starts with, followed by `sep`; -1 if none.

@@ -61,8 +61,8 @@ struct Cfg {
   // 128-, 64-, 32-byte rows: the epilogue's stores and the TMA store map (whose CU_TENSOR_MAP_SWIZZLE_
   // {128,64,32}B are the values 3, 2, 1) both use it.
   static constexpr int kPanelSwizzleB = kPanelCols == 64 ? 3 : kPanelCols == 32 ? 2 : 1;
-  static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 144 || BN == 192,
-                "BN: a Wgmma<> specialisation (16, 32, 64, 128, 144, 192)");
+  static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 144 || BN == 192,
+                "BN: a Wgmma<> specialisation (32, 64, 128, 144, 192)");
   // A tile starts at a multiple of gcd(BN, 128) inside its b_scale block, so it straddles at most one
   // block boundary, at a column that is a multiple of that step (promote() relies on both).
   static constexpr int kStraddleStep = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
@@ -81,8 +81,8 @@ struct Cfg {
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;  // = the TMA bytes of one stage
   static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */;
   static constexpr int kStageSmem = kABytes + kBBytes + kSfaStride;
-  // Up to 16 stages (the barrier area's 256 bytes); only the narrow tiles of small-M problems (64x64 and
-  // narrower) fit more than 8: they stream B and re-read A with little work per stage.
+  // Up to 16 stages (the barrier area's 256 bytes); only the narrow tiles of small-M problems (64x64,
+  // 64x32) fit more than 8: they stream B and re-read A with little work per stage.
   static constexpr int kStageFit = (kMaxSmemBytes - kFixed) / kStageSmem;
   static constexpr int kStages = kStageFit > 16 ? 16 : kStageFit;
   static_assert(kStages >= 2, "tile does not fit in shared memory");

@@ -31,7 +31,6 @@ STUB(tile192x128)
 STUB(tile192x144)
 STUB(tile64x64)
 STUB(tile64x32)
-STUB(tile64x16)
 #undef STUB
 bool decode_can_implement(const DecodeArgs&) { return false; }
 cudaError_t decode_run(const DecodeArgs&, cudaStream_t) { return cudaErrorNotSupported; }
