@@ -93,17 +93,13 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t kb = p.k_blocks();
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128);  // 128x128 tiles
   if (exact) return make_config(SK::kCutlass128x128F16, (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel);
-  // Up to 64 rows the time is reading the weight once: the decode kernel streams it with every SM (its own
-  // cost model picks the rows per CTA and the K split). From 33 rows on, a weight of many rows (N >= 7168)
-  // goes to 64x128 tiles instead, whose A tile is read once per 128 weight rows rather than per 64 (H200:
-  // 64x36864x7168 78 against 91 us, 64x24576x1536 19.1 against 20.1; on an H100 the tiles also win at
-  // N = 7168, on 64x7168x2048 and 64x7168x16384); stream-K for a long K whose last wave of tiles is partial,
-  // from N >= 16384 (at N = 7168 data-parallel was the faster of the two on the H100).
+  // Up to 64 rows the time is reading the weight once. The decode kernel streams it with every SM (its own
+  // cost model picks the rows per CTA and the K split) up to 16 rows, and for short weights. From 17 rows
+  // on, a weight of N >= 4096 rows goes to 64x64 tiles: 64 weight rows per CTA over the whole K, a full
+  // wave at N = 8448 (no K split to reduce, unlike the decode kernel's 64-row units); stream-K when the
+  // last of several waves is less than half full. 2048 <= N < 4096 from 33 rows: 64x32 tiles, stream-K
+  // (64x2112x7168: 66 tiles, each split in two).
   if (p.m <= sm90::kDecodeMaxM) {
-    // From 17 rows on, a weight of N >= 4096 rows goes to 64x64 tiles: 64 weight rows per CTA over the
-    // whole K, a full wave at N = 8448 (no K split to reduce, unlike the decode kernel's 64-row units);
-    // stream-K when the last of several waves is less than half full. 2048 <= N < 4096 from 33 rows:
-    // 64x32 tiles, stream-K (64x2112x7168: 66 tiles, each split in two).
     if (p.m > 16 && p.n >= 4096) {
       const int64_t items = ceil_div(p.n, 64);
       const double frac = double(items % sms) / double(sms);
@@ -113,11 +109,11 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     if (p.m > 32 && p.n >= 2048 && kb >= 16) return make_config(SK::kTile64x32, SS::kStreamK);
     return make_config(SK::kDecode, SS::kSplitK, 0, 0);
   }
-  if (p.m <= 128 && kb >= 16 && 2 * ceil_div(p.n, 64) <= sms) {
+  if (p.m <= 128 && kb >= 16) {
     // Up to 128 rows and a weight of at most one wave of 64x64 tiles (N <= 4224 on 132 SMs): those tiles
     // over the whole K where they fill at least half of the SMs, else stream-K (128x2112x7168).
-    const int64_t items = 2 * ceil_div(p.n, 64);
-    return make_config(SK::kTile64x64, items * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
+    const int64_t items = ceil_div(p.m, 64) * ceil_div(p.n, 64);
+    if (items <= sms) return make_config(SK::kTile64x64, items * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
   }
   if (p.m <= 128) {
     // Still bound by reading B: one row of 128x64 tiles; stream-K when a long K meets too few tiles to
