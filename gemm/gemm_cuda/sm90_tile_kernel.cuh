@@ -46,13 +46,19 @@ struct Cfg {
   static constexpr int BM = 64 * kMathWGs;
   static constexpr int kThreads = 128 * (kMathWGs + 1);
   static constexpr int kAccRegs = BN / 2;  // fp32 per thread of m64nBN
-  // Register split (setmaxnreg) with two or three math warpgroups: the producer drops to 40 (24, the
-  // minimum, with three), the math warpgroups share
-  // the rest of the 512 registers per thread slot (multiples of 8, at most 232): 232 with two, 160
-  // with three. With one math warpgroup (256 threads) every thread already has 255.
+  // Register split (setmaxnreg) with two or three math warpgroups. Every thread starts with the launch's
+  // share (65536 / threads, rounded down to 8: 168 with two, 128 with three), and setmaxnreg.inc waits until
+  // the producer's setmaxnreg.dec has freed what the math warpgroups add, so
+  //   kMathWGs * (kMathRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs   (else the kernel never starts).
+  // The producer drops to 40 (24, the minimum, with three): the math warpgroups get 232 with two (the most
+  // setmaxnreg gives a warpgroup here), 160 with three. With one math warpgroup (256 threads) every thread
+  // already has 255.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegs = kMathWGs == 3 ? 24 : 40;
-  static constexpr int kMathRegsLeft = (512 - kProducerRegs) / kMathWGs / 8 * 8;
+  static constexpr int kMathRegsLeft = (kLaunchRegs + (kLaunchRegs - kProducerRegs) / kMathWGs) / 8 * 8;
   static constexpr int kMathRegs = kMathRegsLeft > 232 ? 232 : kMathRegsLeft;
+  static_assert(kMathWGs == 1 || kMathWGs * (kMathRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs,
+                "setmaxnreg: the math warpgroups take no more registers than the producer frees");
   // Epilogue panels: 64 bf16 columns (128-byte swizzle), 32 (64-byte swizzle) or 16 (32-byte swizzle).
   static constexpr int kPanelCols = BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
   static constexpr int kPanels = BN / kPanelCols;
