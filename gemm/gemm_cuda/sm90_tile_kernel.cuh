@@ -50,9 +50,8 @@ struct Cfg {
   // share (65536 / threads, rounded down to 8: 168 with two, 128 with three), and setmaxnreg.inc waits until
   // the producer's setmaxnreg.dec has freed what the math warpgroups add, so
   //   kMathWGs * (kMathRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs   (else the kernel never starts).
-  // The producer drops to 40 (24, the minimum, with three): the math warpgroups get 232 with two (the most
-  // setmaxnreg gives a warpgroup here), 160 with three. With one math warpgroup (256 threads) every thread
-  // already has 255.
+  // The producer drops to 40 (24, the minimum, with three): the math warpgroups get 232 with two (the cap
+  // below), 160 with three. With one math warpgroup (256 threads) every thread already has 255.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegs = kMathWGs == 3 ? 24 : 40;
   static constexpr int kMathRegsLeft = (kLaunchRegs + (kLaunchRegs - kProducerRegs) / kMathWGs) / 8 * 8;
