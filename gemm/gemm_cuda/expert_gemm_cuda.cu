@@ -262,6 +262,8 @@ struct Plan {
   bool tiled = false;
   bool decode = false;  // the decode kernel in expert mode, chunks of bm rows
   int bm = 64;
+  bool pairs = false;   // bm = 128 tiles run by CTA pairs sharing their A block
+
   size_t off_seg = 0, off_perm = 0, off_row_map = 0, off_a = 0, off_sfa = 0, total = 0;
   int64_t sfa_ld = 0;  // sorted a_scale's row stride per K block (batched, tiled)
 };
@@ -282,14 +284,18 @@ bool tiled_layout(const ExpertGemmProblem& p) {
          p.out_stride_s == p.n && aligned16(p.out);
 }
 
-// GEMM_CUDA_EXPERT_KERNEL=decode|tiles forces one of the two kernels where the layout allows it (the tests
-// run both on every case; a tuning tool). Read per call, like GEMM_CUDA_CONFIG.
-enum class ForcedKernel { kNone, kDecode, kTiles };
+// GEMM_CUDA_EXPERT_KERNEL=decode|tiles|pairs forces one of the kernels where the layout allows it (the
+// tests run each on every case; a tuning tool): the decode kernel, the tile kernel with the shape rule's
+// rows per tile, or its 128-row tiles run by CTA pairs. Read per call, like GEMM_CUDA_CONFIG.
+enum class ForcedKernel { kNone, kDecode, kTiles, kPairs };
 ForcedKernel forced_expert_kernel() {
   const char* v = std::getenv("GEMM_CUDA_EXPERT_KERNEL");
   if (v == nullptr) return ForcedKernel::kNone;
   const std::string s(v);
-  return s == "decode" ? ForcedKernel::kDecode : s == "tiles" ? ForcedKernel::kTiles : ForcedKernel::kNone;
+  return s == "decode"  ? ForcedKernel::kDecode
+         : s == "tiles" ? ForcedKernel::kTiles
+         : s == "pairs" ? ForcedKernel::kPairs
+                        : ForcedKernel::kNone;
 }
 
 Plan make_plan(const ExpertGemmProblem& p) {
@@ -300,12 +306,20 @@ Plan make_plan(const ExpertGemmProblem& p) {
   // (H100, benchmarks/moe_bench.py). Experts of few rows waste less of a 64-row tile.
   const int chunk = sm90::decode_expert_chunk_rows(p.s, p.experts);  // rows per chunk of the decode kernel
   const bool decode_ok = pl.tiled && p.experts <= sm90::kDecodeMaxExperts;
-  switch (forced_expert_kernel()) {
+  const ForcedKernel forced = forced_expert_kernel();
+  switch (forced) {
     case ForcedKernel::kDecode: pl.decode = decode_ok; break;
-    case ForcedKernel::kTiles: pl.decode = false; break;
+    case ForcedKernel::kTiles:
+    case ForcedKernel::kPairs: pl.decode = false; break;
     default: pl.decode = decode_ok && p.s <= p.experts;
   }
-  pl.bm = pl.decode ? chunk : p.s <= 64 * p.experts ? 64 : 128;
+  pl.bm = pl.decode ? chunk : p.s <= 64 * p.experts && forced != ForcedKernel::kPairs ? 64 : 128;
+  // CTA pairs from 128 rows per expert on average and N >= 3072: there (DeepSeek-V3 and Qwen3-235B-A22B at
+  // 4096 tokens) they took 0.91-1.02x the single-CTA time; with fewer rows per expert, or Qwen3-30B-A3B's N
+  // of 1536 / 2048, they gain nothing (both forced on moe_bench.py's shapes, H100; docs/cuda_sm90.md).
+  const bool pairs_pay = p.s >= 128 * p.experts && p.n >= 3072;
+  pl.pairs = !pl.decode && pl.bm == 128 &&
+             (forced == ForcedKernel::kPairs || (forced == ForcedKernel::kNone && pairs_pay));
   size_t off = 0;
   if (pl.tiled || p.routing == ExpertRouting::kSortedOffsets) {
     pl.off_seg = off;
@@ -488,7 +502,8 @@ cudaError_t expert_gemm(const ExpertGemmProblem& p, void* workspace, size_t work
   }
   const sm90::ExpertArgs e = tile_args(p, rows, seg, sms);
   if (!sm90::expert_tiles_can_implement(e)) return cudaErrorInvalidValue;
-  return pl.bm == 64 ? sm90::expert_tile64x128_run(e, stream) : sm90::expert_tile128x128_run(e, stream);
+  if (pl.bm == 64) return sm90::expert_tile64x128_run(e, stream);
+  return pl.pairs ? sm90::expert_tile128x128_pair_run(e, stream) : sm90::expert_tile128x128_run(e, stream);
 }
 
 }  // namespace fp8gemm::cuda

@@ -116,5 +116,7 @@ bool expert_tiles_can_implement(const ExpertArgs& args);
 // BM = 64 and BM = 128 rows per tile (128 columns, double-buffered): the first for experts of few rows.
 cudaError_t expert_tile64x128_run(const ExpertArgs& args, cudaStream_t stream);
 cudaError_t expert_tile128x128_run(const ExpertArgs& args, cudaStream_t stream);
+// The 128-row tiles run by CTA pairs sharing their A block (TMA multicast).
+cudaError_t expert_tile128x128_pair_run(const ExpertArgs& args, cudaStream_t stream);
 
 }  // namespace fp8gemm::cuda::sm90

@@ -20,6 +20,7 @@
 // from sm90::KernelArgs. Include from exactly one .cu per instantiation.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -32,7 +33,8 @@ namespace fp8gemm::cuda::sm90::tile {
 // ------------------------------------------------------------------------------------------------
 // Compile-time configuration and shared-memory plan
 // ------------------------------------------------------------------------------------------------
-template <int BN_, int kMathWGs_, bool kDoubleBuffer_, bool kStreamK_ = false, bool kGrouped_ = false>
+template <int BN_, int kMathWGs_, bool kDoubleBuffer_, bool kStreamK_ = false, bool kGrouped_ = false,
+          int kCluster_ = 1>
 struct Cfg {
   // kStreamK: the kernel can also split tiles by K (see Params); compiled separately because the
   // extra live state costs the data-parallel main loop registers and speed.
@@ -40,6 +42,11 @@ struct Cfg {
   // kGrouped: the MoE expert GEMM (Params::segments): tiles walk the experts' row segments.
   static constexpr bool kGrouped = kGrouped_;
   static_assert(!(kStreamK && kGrouped), "expert GEMM tiles are never split by K");
+  // kCluster = 2 (expert GEMMs): CTA pairs (thread-block clusters of two) run two tiles of one expert's M
+  // block in neighbouring N blocks; each CTA loads half of their shared A block and multicasts it to both,
+  // so L2 serves A once per pair.
+  static constexpr int kCluster = kCluster_;
+  static_assert(kCluster == 1 || (kCluster == 2 && kGrouped), "CTA pairs: expert GEMM tiles");
   static constexpr int BN = BN_, kMathWGs = kMathWGs_;
   static constexpr bool kDoubleBuffer = kDoubleBuffer_;
   static_assert(kMathWGs >= 1 && kMathWGs <= 3, "one to three math warpgroups");
@@ -50,10 +57,11 @@ struct Cfg {
   // share (65536 / threads, rounded down to 8: 168 with two, 128 with three), and setmaxnreg.inc waits until
   // the producer's setmaxnreg.dec has freed what the math warpgroups add, so
   //   kMathWGs * (kMathRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs   (else the kernel never starts).
-  // The producer drops to 40 (24, the minimum, with three): the math warpgroups get 232 with two (the cap
-  // below), 160 with three. With one math warpgroup (256 threads) every thread already has 255.
+  // The producer drops to 40 (24, the minimum, with three): math 232 with two, 160 with three. CTA pairs,
+  // whose producer spills below 56, give it 56 (math 224). With one math warpgroup (256 threads) every
+  // thread already has 255.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegs = kMathWGs == 3 ? 24 : 40;
+  static constexpr int kProducerRegs = kMathWGs == 3 ? 24 : kCluster > 1 ? 56 : 40;
   static constexpr int kMathRegsLeft = (kLaunchRegs + (kLaunchRegs - kProducerRegs) / kMathWGs) / 8 * 8;
   static constexpr int kMathRegs = kMathRegsLeft > 232 ? 232 : kMathRegsLeft;
   static_assert(kMathWGs == 1 || kMathWGs * (kMathRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs,
@@ -199,6 +207,19 @@ __device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int gro
   nb = r / rows;
 }
 
+// Item t -> (m block, n block) of this CTA: a tile, or with CTA pairs the tile of cluster rank `rank` in
+// pair t (N blocks 2j and 2j + 1 of one M block; the second lies past the matrix when N has an odd number
+// of blocks).
+template <class C>
+__device__ __forceinline__ void item_coords(const Params& p, int t, int num_m, int num_n, int rank, int& mb, int& nb) {
+  if constexpr (C::kCluster == 1) {
+    tile_coords(t, num_m, num_n, p.group_m, mb, nb);
+  } else {
+    tile_coords(t, num_m, (num_n + 1) / 2, p.group_m, mb, nb);
+    nb = 2 * nb + rank;
+  }
+}
+
 // Calls f(integral_constant<S>) for the straddle column S = split, one of kStep, 2 kStep, ..., 128
 // (anything else: 128), so that each column group's scale factor is chosen at compile time.
 template <int kStep, int S = kStep, class F>
@@ -230,16 +251,22 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   int num_m = C::kGrouped ? 0 : (p.m + C::BM - 1) / C::BM;
   const int num_n = (p.n + C::BN - 1) / C::BN;
   const int num_kb = (p.k + kBlockK - 1) / kBlockK;
-  const int first_item = blockIdx.x, item_stride = gridDim.x;
+  // Expert GEMMs: the items over all the experts' M blocks (tiles, or pairs sharing an M block).
+  auto grouped_items = [](int nm, int nn) { return C::kCluster > 1 ? nm * ((nn + 1) / 2) : nm * nn; };
+  // CTA pairs: both CTAs of a cluster walk the same items (pairs of tiles) in lockstep.
+  const int first_item = blockIdx.x / C::kCluster, item_stride = gridDim.x / C::kCluster;
+  const int rank = C::kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], C::kMathWGs * 4);  // one arrival per math warp
+      mbar_init(&empty[s], C::kMathWGs * 4 * C::kCluster);  // one arrival per math warp (of both CTAs of a pair)
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  // CTA pairs: the other CTA's barriers are initialised before anything arrives on them.
+  if constexpr (C::kCluster > 1) cluster_sync();
+  else __syncthreads();
   // Launched as a programmatic dependent of the kernel before it (KernelArgs::overlap_previous), the
   // set-up above overlaps that kernel's tail; each thread waits for it (griddepcontrol.wait) before
   // reading what it wrote or writing anything. Without the launch attribute the wait returns at once.
@@ -272,7 +299,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // Same order of work as the math warpgroups (see the bottom of the kernel).
       auto produce = [&](const int t, const int kb_begin, const int kb_end) {
         int mw, nb;
-        tile_coords(t, num_m, num_n, p.group_m, mw, nb);
+        item_coords<C>(p, t, num_m, num_n, rank, mw, nb);
         int m0 = mw * C::BM, n0 = nb * C::BN, b_row0 = n0;
         if constexpr (C::kGrouped) {
           const ExpertTile et = expert_tile(p, mw, C::BM);
@@ -280,20 +307,31 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           b_row0 = et.expert * p.n + n0;
         }
         for (int kb = kb_begin; kb < kb_end; ++kb) {
-          if (b_early > 0) {
-            --b_early;  // the ring's first pass: stage s is free, its B block and byte count are in
-          } else {
+          if constexpr (C::kCluster > 1) {
+            // Stage s is free in both CTAs (its empty barrier counts both CTAs' math warps): this CTA's
+            // half of the A block goes to both, its B block to this CTA only. The partner's half may land
+            // before this CTA's expect_tx; the phase completes only after that arrival.
             mbar_wait(&empty[s], phase ^ 1);
             mbar_arrive_expect_tx(&full[s], C::kStageBytes);
             tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, b_row0);
+            tma_load_2d_multicast(smem + s * C::kABytes + rank * (C::kABytes / 2), &map_a, &full[s], kb * kBlockK,
+                                  m0 + rank * (C::BM / 2), 0x3);
+          } else {
+            if (b_early > 0) {
+              --b_early;  // the ring's first pass: stage s is free, its B block and byte count are in
+            } else {
+              mbar_wait(&empty[s], phase ^ 1);
+              mbar_arrive_expect_tx(&full[s], C::kStageBytes);
+              tma_load_2d(smem + C::kOffB + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, b_row0);
+            }
+            tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
           }
-          tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
           tma_load_2d(smem + C::kOffSfa + s * C::kSfaStride, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
           if (++s == C::kStages) { s = 0; phase ^= 1; }
         }
       };
       if constexpr (C::kGrouped) {
-        for (int t = first_item; t < num_m * num_n; t += item_stride) produce(t, 0, num_kb);
+        for (int t = first_item; t < grouped_items(num_m, num_n); t += item_stride) produce(t, 0, num_kb);
       } else {
         for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
                                     [&](auto, int t, int kb0, int kb1, int, int, int) { produce(t, kb0, kb1); });
@@ -333,7 +371,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                        const int contrib_first, const int contrib_count) {
       constexpr bool kSk = decltype(sk_phase)::value;
       int mwi, nb;
-      tile_coords(t, num_m, num_n, p.group_m, mwi, nb);
+      item_coords<C>(p, t, num_m, num_n, rank, mwi, nb);
       int m0 = mwi * C::BM;
       [[maybe_unused]] int rows = C::BM;
       const int n0 = nb * C::BN;
@@ -344,7 +382,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         sfb_base += et.expert * p.sfb_expert_stride;
       }
       // b_scale blocks under this tile: cols [0, split) use block n0/128, the rest the next one.
-      const int nblk = n0 / 128;
+      // (clamped: the second tile of a CTA pair may lie past the matrix, see item_coords)
+      const int nblk = C::kCluster > 1 ? min(n0 / 128, p.sfb_rows - 1) : n0 / 128;
       const int split = 128 - (n0 % 128);
       const bool two_blocks = split < C::BN && nblk + 1 < p.sfb_rows;
       // The main loop counts K blocks from 0 for every piece of work (stream-K pieces start later in
@@ -398,7 +437,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // After d's wgmmas completed: release the stage, promote d into acc.
       auto promote = [&](const float* d, const float* sc, int stage) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[stage]);
+        if constexpr (C::kCluster > 1) {
+          if (lane < C::kCluster) mbar_arrive_cluster(&empty[stage], lane);  // both CTAs' loads wait for it
+        } else {
+          if (lane == 0) mbar_arrive(&empty[stage]);
+        }
         // kSplit: first column under the next b_scale block, as a constant so that each column group's
         // factor is chosen at compile time (a run-time choice cost two compares and selects per group).
         auto fma_all = [&](auto split_c) {
@@ -520,6 +563,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           return;
         }
       }
+      // The pair's second tile past the last N block: computed on zero-filled operands, never stored.
+      if (C::kCluster > 1 && n0 >= p.n) return;
       // ---- epilogue: bf16 into swizzled panels, then TMA stores of this warpgroup's 64 rows ----
       if (tid == 0) tma_store_wait_read();  // the previous tile's stores have left shared memory
       named_barrier(1 + mw, 128);
@@ -546,12 +591,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       }
     };
     if constexpr (C::kGrouped) {
-      for (int t = first_item; t < num_m * num_n; t += item_stride) process(std::false_type{}, t, 0, num_kb, 0, 0, 0);
+      for (int t = first_item; t < grouped_items(num_m, num_n); t += item_stride)
+        process(std::false_type{}, t, 0, num_kb, 0, 0, 0);
     } else {
       for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, process);
     }
     if (tid == 0) tma_store_wait_all();
   }
+  // CTA pairs: neither CTA exits while the other may still arrive on its barriers or load into it.
+  if constexpr (C::kCluster > 1) cluster_sync();
 #endif
 }
 
@@ -669,7 +717,7 @@ bool can_implement(const KernelArgs& a) {
 // Launch configuration: programmatic stream serialization when the kernel may overlap the previous one
 // (`attrs` must outlive the returned value's use).
 template <class C>
-cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_previous, cudaLaunchAttribute (&attrs)[1]) {
+cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_previous, cudaLaunchAttribute (&attrs)[2]) {
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(static_cast<unsigned>(grid));
   lc.blockDim = dim3(C::kThreads);
@@ -682,7 +730,38 @@ cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_pre
     a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     a.val.programmaticStreamSerializationAllowed = 1;
   }
+  if (C::kCluster > 1) {
+    cudaLaunchAttribute& a = attrs[lc.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = C::kCluster;
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+  }
   return lc;
+}
+
+// CTA pairs (Cfg::kCluster = 2) that fit on the current device at once: the occupancy API's answer for
+// clusters of two, queried once per device (132 SMs do not always give 66 pairs: clusters stay inside a GPC).
+template <class C>
+int pair_slots(int fallback) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> slots[kDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
+    cudaGetLastError();
+    return fallback;
+  }
+  int n = slots[dev].load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchConfig_t lc = launch_config<C>(2, nullptr, false, attrs);
+  if (opt_in_dynamic_smem<fp8_blockscaled_gemm_kernel<C>>(dev, C::kSmemBytes) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&n, fp8_blockscaled_gemm_kernel<C>, &lc) != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    return fallback;
+  }
+  slots[dev].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 template <class C>
@@ -723,7 +802,7 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
            sp.sk_items, sp.sk_len,  sp.splits, partials,  flags,
            a.overlap_previous && a.b_before_wait && sp.sk_items == 0};
   // Not after a flag memset: that is not a kernel to overlap.
-  cudaLaunchAttribute attrs[1];
+  cudaLaunchAttribute attrs[2];
   const bool memset_before = sp.sk_items > 0 && !a.workspace_zeroed;
   const cudaLaunchConfig_t lc = launch_config<C>(sp.grid, stream, a.overlap_previous && !memset_before, attrs);
   const cudaError_t e = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
@@ -741,7 +820,7 @@ cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
   if (!can_implement<C>(a) || a.n % 8 != 0 || e.experts < 1 || e.segments == nullptr) return cudaErrorInvalidValue;
   const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
   CUtensorMap ma, mb, msfa, md;
-  if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BM, kBlockK,
+  if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BM / C::kCluster, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, int64_t(e.experts) * a.n, a.k, a.ldb, C::BN, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
@@ -754,12 +833,14 @@ cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
   if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
   if (const cudaError_t err = opt_in_dynamic_smem<fp8_blockscaled_gemm_kernel<C>>(dev, C::kSmemBytes); err != cudaSuccess)
     return err;
-  const int64_t max_items = ((a.m + C::BM - 1) / C::BM + e.experts) * ((a.n + C::BN - 1) / C::BN);
-  const int grid = static_cast<int>(max_items < sm_count_of(a) ? max_items : sm_count_of(a));
+  const int64_t num_n = (a.n + C::BN - 1) / C::BN;
+  const int64_t max_items = ((a.m + C::BM - 1) / C::BM + e.experts) * (C::kCluster > 1 ? (num_n + 1) / 2 : num_n);
+  const int64_t slots = C::kCluster > 1 ? pair_slots<C>(sm_count_of(a) / 2) : sm_count_of(a);
+  const int grid = static_cast<int>(C::kCluster * (max_items < slots ? max_items : slots));
   Params p{a.m,     a.n,        a.k,    a.sfb,   a.sfb_ld, a.sfb_rows, a.alpha, a.group > 1 ? a.group : 8,
            0,       0,          0,      0,       nullptr,  nullptr,    0,       e.segments,
            e.experts, e.sfb_expert_stride, e.row_map, static_cast<uint16_t*>(a.d), a.ldd};
-  cudaLaunchAttribute attrs[1];
+  cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t lc = launch_config<C>(grid, stream, a.overlap_previous, attrs);
   const cudaError_t err = cudaLaunchKernelEx(&lc, fp8_blockscaled_gemm_kernel<C>, ma, mb, msfa, md, p);
   if (err != cudaSuccess) return err;

@@ -42,7 +42,7 @@ def _cuda_forced(kernel):
     return pytest.param(f"cuda:{kernel}", marks=pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0"))
 
 
-@pytest.fixture(params=DEVICES + [_cuda_forced("decode"), _cuda_forced("tiles")])
+@pytest.fixture(params=DEVICES + [_cuda_forced("decode"), _cuda_forced("tiles"), _cuda_forced("pairs")])
 def expert_device(request, monkeypatch):
     dev, _, kernel = request.param.partition(":")
     if kernel:
@@ -463,7 +463,7 @@ def _capture(fn):
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
-@pytest.mark.parametrize("kernel", ["decode", "tiles"])
+@pytest.mark.parametrize("kernel", ["decode", "tiles", "pairs"])
 @pytest.mark.parametrize("scale_format", ["fp32", "e8m0"])
 def test_cuda_graph_grouped_with_routing_changed_between_replays(scale_format, kernel, monkeypatch):
     monkeypatch.setenv("GEMM_CUDA_EXPERT_KERNEL", kernel)
@@ -491,7 +491,7 @@ def test_cuda_graph_grouped_with_routing_changed_between_replays(scale_format, k
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
-@pytest.mark.parametrize("kernel", ["decode", "tiles"])
+@pytest.mark.parametrize("kernel", ["decode", "tiles", "pairs"])
 def test_cuda_graph_batched_with_routing_changed_between_replays(kernel, monkeypatch):
     monkeypatch.setenv("GEMM_CUDA_EXPERT_KERNEL", kernel)
     gen = generator("graph batched")
@@ -513,7 +513,7 @@ def test_cuda_graph_batched_with_routing_changed_between_replays(kernel, monkeyp
 
 
 @pytest.mark.skipif(not _SM90, reason="needs a CUDA device of compute capability 9.0")
-@pytest.mark.parametrize("kernel", ["decode", "tiles"])
+@pytest.mark.parametrize("kernel", ["decode", "tiles", "pairs"])
 def test_cuda_grouped_clamps_offsets_out_of_range(kernel, monkeypatch):
     monkeypatch.setenv("GEMM_CUDA_EXPERT_KERNEL", kernel)
     # The values are not checked on a GPU: expert e owns [end(e-1), end(e)), end(e) = min(max(offsets[e], end(e-1)), S).
