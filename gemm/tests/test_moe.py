@@ -177,6 +177,7 @@ CASES = [
     (8, 256, 512, 256, "uniform"),  # decode-like: a few rows over many experts
     (2, 256, 4096, 4, "uniform"),  # few rows, long K: the decode kernel splits K across a cluster
     (24, 136, 256, 600, "uniform"),  # more experts than the decode kernel stages
+    (300, 3080, 256, 2, "uniform"),  # the shape rule's CTA pairs (>= 128 rows per expert, N >= 3072), N blocks odd
 ]
 CASE_IDS = ["-".join(str(x) for x in c) for c in CASES]
 
