@@ -47,6 +47,9 @@ struct Cfg {
   // so L2 serves A once per pair.
   static constexpr int kCluster = kCluster_;
   static_assert(kCluster == 1 || (kCluster == 2 && kGrouped), "CTA pairs: expert GEMM tiles");
+  // Items per M block: its N tiles, or with CTA pairs its pairs of N tiles (the last one half past the
+  // matrix when the N tiles are odd).
+  static constexpr int n_items(int num_n) { return kCluster > 1 ? (num_n + 1) / 2 : num_n; }
   static constexpr int BN = BN_, kMathWGs = kMathWGs_;
   static constexpr bool kDoubleBuffer = kDoubleBuffer_;
   static_assert(kMathWGs >= 1 && kMathWGs <= 3, "one to three math warpgroups");
@@ -215,7 +218,7 @@ __device__ __forceinline__ void item_coords(const Params& p, int t, int num_m, i
   if constexpr (C::kCluster == 1) {
     tile_coords(t, num_m, num_n, p.group_m, mb, nb);
   } else {
-    tile_coords(t, num_m, (num_n + 1) / 2, p.group_m, mb, nb);
+    tile_coords(t, num_m, C::n_items(num_n), p.group_m, mb, nb);
     nb = 2 * nb + rank;
   }
 }
@@ -251,8 +254,6 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   int num_m = C::kGrouped ? 0 : (p.m + C::BM - 1) / C::BM;
   const int num_n = (p.n + C::BN - 1) / C::BN;
   const int num_kb = (p.k + kBlockK - 1) / kBlockK;
-  // Expert GEMMs: the items over all the experts' M blocks (tiles, or pairs sharing an M block).
-  auto grouped_items = [](int nm, int nn) { return C::kCluster > 1 ? nm * ((nn + 1) / 2) : nm * nn; };
   // CTA pairs: both CTAs of a cluster walk the same items (pairs of tiles) in lockstep.
   const int first_item = blockIdx.x / C::kCluster, item_stride = gridDim.x / C::kCluster;
   const int rank = C::kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
@@ -331,7 +332,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
       };
       if constexpr (C::kGrouped) {
-        for (int t = first_item; t < grouped_items(num_m, num_n); t += item_stride) produce(t, 0, num_kb);
+        for (int t = first_item; t < num_m * C::n_items(num_n); t += item_stride) produce(t, 0, num_kb);
       } else {
         for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
                                     [&](auto, int t, int kb0, int kb1, int, int, int) { produce(t, kb0, kb1); });
@@ -591,7 +592,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       }
     };
     if constexpr (C::kGrouped) {
-      for (int t = first_item; t < grouped_items(num_m, num_n); t += item_stride)
+      for (int t = first_item; t < num_m * C::n_items(num_n); t += item_stride)
         process(std::false_type{}, t, 0, num_kb, 0, 0, 0);
     } else {
       for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb, process);
@@ -740,23 +741,19 @@ cudaLaunchConfig_t launch_config(int grid, cudaStream_t stream, bool overlap_pre
   return lc;
 }
 
-// CTA pairs (Cfg::kCluster = 2) that fit on the current device at once: the occupancy API's answer for
-// clusters of two, queried once per device (132 SMs do not always give 66 pairs: clusters stay inside a GPC).
+// CTA pairs (Cfg::kCluster = 2) that fit on device `dev` at once: the occupancy API's answer for clusters
+// of two, queried once per device (132 SMs do not always give 66 pairs: clusters stay inside a GPC). The
+// caller has opted the kernel in to its shared memory on `dev`.
 template <class C>
-int pair_slots(int fallback) {
+int pair_slots(int dev, int fallback) {
   constexpr int kDevices = 64;
   static std::atomic<int> slots[kDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
-    cudaGetLastError();
-    return fallback;
-  }
+  if (dev < 0 || dev >= kDevices) return fallback;
   int n = slots[dev].load(std::memory_order_relaxed);
   if (n > 0) return n;
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t lc = launch_config<C>(2, nullptr, false, attrs);
-  if (opt_in_dynamic_smem<fp8_blockscaled_gemm_kernel<C>>(dev, C::kSmemBytes) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&n, fp8_blockscaled_gemm_kernel<C>, &lc) != cudaSuccess || n <= 0) {
+  if (cudaOccupancyMaxActiveClusters(&n, fp8_blockscaled_gemm_kernel<C>, &lc) != cudaSuccess || n <= 0) {
     cudaGetLastError();
     return fallback;
   }
@@ -833,9 +830,8 @@ cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
   if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
   if (const cudaError_t err = opt_in_dynamic_smem<fp8_blockscaled_gemm_kernel<C>>(dev, C::kSmemBytes); err != cudaSuccess)
     return err;
-  const int64_t num_n = (a.n + C::BN - 1) / C::BN;
-  const int64_t max_items = ((a.m + C::BM - 1) / C::BM + e.experts) * (C::kCluster > 1 ? (num_n + 1) / 2 : num_n);
-  const int64_t slots = C::kCluster > 1 ? pair_slots<C>(sm_count_of(a) / 2) : sm_count_of(a);
+  const int64_t max_items = ((a.m + C::BM - 1) / C::BM + e.experts) * int64_t(C::n_items((a.n + C::BN - 1) / C::BN));
+  const int64_t slots = C::kCluster > 1 ? pair_slots<C>(dev, sm_count_of(a) / 2) : sm_count_of(a);
   const int grid = static_cast<int>(C::kCluster * (max_items < slots ? max_items : slots));
   Params p{a.m,     a.n,        a.k,    a.sfb,   a.sfb_ld, a.sfb_rows, a.alpha, a.group > 1 ? a.group : 8,
            0,       0,          0,      0,       nullptr,  nullptr,    0,       e.segments,
