@@ -421,7 +421,14 @@ cudaError_t launch(const DecodeArgs& a, cudaStream_t stream) {
   const int64_t units = experts ? expert_max_units(a.m, a.n, a.experts, C::BT, C::BW) : (a.n + C::BW - 1) / C::BW;
   const int sms = a.sm_count > 0 ? a.sm_count : 132;
   if (units * a.k_split > INT32_MAX) return cudaErrorInvalidValue;
-  const int ctas = a.k_split == 1 ? int(std::min<int64_t>(units, C::kCtasPerSm * sms)) : int(units) * a.k_split;
+  // Unsplit: at most one CTA per slot; dense, where the units are known here, only as many as still take
+  // the busiest CTA's count each (288 units on 264 slots: 144 CTAs of 2, not 24 CTAs streaming a second unit
+  // alone while 240 idle).
+  int64_t ctas = a.k_split == 1 ? std::min<int64_t>(units, C::kCtasPerSm * sms) : units * a.k_split;
+  if (a.k_split == 1 && !experts) {
+    const int64_t rounds = (units + ctas - 1) / ctas;
+    ctas = (units + rounds - 1) / rounds;
+  }
   cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(static_cast<unsigned>(ctas));

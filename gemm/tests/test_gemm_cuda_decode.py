@@ -83,6 +83,16 @@ def test_decode_split_last_stage_is_stage_zero(m, monkeypatch):
         run_decode(m, 4096, 2 * 128 * kb_per, FN, "k_major", seed=seed)
 
 
+@pytest.mark.parametrize("rows", [64, 128])
+@pytest.mark.parametrize("m", [1, 17, 64])
+def test_decode_persistent_rounds(m, rows, monkeypatch):
+    """Unsplit tiles beyond one per CTA slot: the kernel deals them to as few CTAs as keep the busiest one's
+    count (N 34000: 266 tiles of 128 rows or 532 of 64 against 132 or 264 slots, so two or three tiles a
+    CTA, the last round not full), every tile exactly once."""
+    monkeypatch.setenv("GEMM_CUDA_CONFIG", f"decode,splitk,1,{rows}")
+    run_decode(m, 34000, 1000, FN, "k_major", seed=m + rows)
+
+
 @pytest.mark.parametrize("m", [1, 16, 64])
 @pytest.mark.parametrize("nk", [(1536, 7168), (24576, 1536), (32768, 512), (7168, 2048)], ids=_shape_id)
 def test_decode_deepseek_shapes(m, nk):
