@@ -94,7 +94,7 @@ constexpr int token_tile(int m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 3
 // whichever is longest; plus a start-up cost per wave of CTAs and the cluster reduction of a split tile.
 // Unsplit tiles run as one persistent wave; split tiles in waves of `clusters` clusters (0: slots / split),
 // the busiest CTA's share counted once per wave. Constants fitted to H200 measurements of every plan on
-// DeepSeek-V3 shapes (benchmarks/gemm_bench.py --calibrate-decode).
+// DeepSeek-V3 shapes (benchmarks/gemm_bench.py --calibrate-decode), the 128-row ring rate to H100 ones.
 inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int sms, int64_t clusters = 0) {
   constexpr double kHbmRate = 3.4e12;        // bytes/s of weight the HBM delivers to streaming CTAs
   constexpr double kL2Rate = 7.0e12;         // bytes/s of weight + activation tiles into the SMs
@@ -107,7 +107,7 @@ inline double plan_cost(int64_t n, int64_t kb, int bt, int rows, int split, int 
   const int64_t tiles = (n + rows - 1) / rows;
   const int64_t units = tiles * split, slots = int64_t(ctas_per_sm(bt, rows / 64)) * sms;
   const int64_t kb_per = (kb + split - 1) / split;
-  // Unsplit tiles: min(tiles, slots) persistent CTAs, the busiest taking `rounds` tiles. Split tiles:
+  // Unsplit tiles: persistent CTAs, at most one per slot, the busiest taking `rounds` tiles. Split tiles:
   // one cluster per tile, `per_wave` clusters at a time.
   const int64_t per_wave = clusters > 0 ? clusters : (slots / split > 0 ? slots / split : 1);
   const int64_t waves = split == 1 ? 1 : (tiles + per_wave - 1) / per_wave;

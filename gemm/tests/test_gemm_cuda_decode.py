@@ -86,9 +86,9 @@ def test_decode_split_last_stage_is_stage_zero(m, monkeypatch):
 @pytest.mark.parametrize("rows", [64, 128])
 @pytest.mark.parametrize("m", [1, 17, 64])
 def test_decode_persistent_rounds(m, rows, monkeypatch):
-    """Unsplit tiles beyond one per CTA slot: the kernel deals them to as few CTAs as keep the busiest one's
-    count (N 34000: 266 tiles of 128 rows or 532 of 64 against 132 or 264 slots, so two or three tiles a
-    CTA, the last round not full), every tile exactly once."""
+    """Unsplit tiles beyond one per CTA slot: the launch takes as few CTAs as keep the busiest one's count
+    (N 34000: 266 tiles of 128 rows or 532 of 64 against 132 or 264 slots, so two or three tiles a CTA, the
+    last round not full), and every tile is computed exactly once (poisoned output)."""
     monkeypatch.setenv("GEMM_CUDA_CONFIG", f"decode,splitk,1,{rows}")
     run_decode(m, 34000, 1000, FN, "k_major", seed=m + rows)
 
