@@ -2,7 +2,7 @@
 """Dense FP8 block-scaled GEMMs on one GPU, in one process, on identical inputs: gemm (ours), DeepGEMM's
 fp8_gemm_nt, CUTLASS 4.4's blockwise kernel inside our build, torch blockwise and per-tensor _scaled_mm.
 
-    python3 benchmarks/deepgemm_bench.py [--suites deepgemm,challenge,deepseek,decode] [--reps N]
+    python3 benchmarks/deepgemm_bench.py [--suites deepgemm,challenge,deepseek,prefill,decode] [--reps N]
                                          [--decode-reps N] [--max-shapes N] [--budget-s S] [--out DIR]
     python3 benchmarks/deepgemm_bench.py --render DIR/deepgemm_h100.json [--out DIR]   (table only, no GPU)
 
@@ -18,7 +18,8 @@ event time = median of CUDA events around the call; kernel time = the GPU kernel
 torch.profiler's kernel records (launch gaps excluded, the flush's kernels left out).
 
 Suites: deepgemm = DeepGEMM's 18 dense shapes; challenge = the 18 timed challenge shapes; deepseek = DeepSeek-V3
-linear shapes at M = 4096 and two small-M ones; decode = M in 1..64 on the DeepSeek-V3 linear shapes. A shape
+linear shapes at M = 4096 and two small-M ones; prefill = M = 256, 512 and 2048 on the DeepSeek-V3 weights of
+K = 7168 (a few hundred to a few thousand tokens); decode = M in 1..64 on the DeepSeek-V3 linear shapes. A shape
 already measured by an earlier suite of the run is not measured again.
 
 DeepGEMM compiles each kernel configuration on its first call (nvcc); before timing, worker processes of this
@@ -42,11 +43,13 @@ import worker_pool  # noqa: E402
 
 IMPLS = ("ours", "deepgemm", "cutlass", "torch_blockwise", "torch_tensorwise")
 CUTLASS_CONFIG = "cutlass128x128,dp,1,1"
-DEFAULT_SUITES = "deepgemm,challenge,deepseek,decode"
+PREFILL_M = (256, 512, 2048)
+DEFAULT_SUITES = "deepgemm,challenge,deepseek,prefill,decode"
 SUITE_TITLES = {
     "deepgemm": "DeepGEMM's 18 dense shapes",
     "challenge": "The 18 challenge shapes",
     "deepseek": "DeepSeek-V3 shapes",
+    "prefill": "Prefill-sized M (256-2048) on DeepSeek-V3 weights of K = 7168",
     "decode": "Decode-sized M (1-64) on DeepSeek-V3 linear shapes",
 }
 TIMING_TEXT = ("L2 flushed by reading a 512 MB buffer before each call. Kernel time: the GPU kernels' time per "
@@ -71,6 +74,8 @@ def suite_shapes(name):
         return list(gb.CHALLENGE_SHAPES)
     if name == "decode":
         return [(m, n, k) for (n, k) in gb.DECODE_NK for m in gb.DECODE_M]
+    if name == "prefill":
+        return [(m, n, k) for (n, k) in gb.DECODE_NK if k == 7168 for m in PREFILL_M]
     if name == "deepseek":
         shapes = [(4096, 7168, 18432), (16, 2112, 7168), (64, 24576, 1536)] + [(4096, n, k) for (n, k) in gb.DECODE_NK]
         return list(dict.fromkeys(shapes))

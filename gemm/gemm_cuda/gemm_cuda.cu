@@ -38,7 +38,8 @@ using prep::aligned16;
 
 // Tuned configurations of the 18 challenge benchmark shapes: the fastest correct configuration per
 // shape on an H200 (median kernel time, L2 flushed, K-major inputs). Produced and checked by
-// `python3 benchmarks/gemm_bench.py --tune` (one device call); shapes not listed take choose_generic().
+// `python3 benchmarks/gemm_bench.py --tune` (one device call; the four 256x128 entries replaced theirs
+// where that tile was faster in two H200 sweeps); shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SK = Sm90Kernel;
 using SS = Sm90Split;
@@ -46,10 +47,10 @@ constexpr TunedShape<Sm90Config> kTuned[] = {
     {pack_shape(1024, 1536, 7168), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 3072, 1536), {SK::kTile128x192, SS::kDataParallel, 1, 4}},
     {pack_shape(1024, 576, 7168), {SK::kTile128x64, SS::kDataParallel, 1, 8}},
-    {pack_shape(1024, 7168, 256), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
-    {pack_shape(1024, 7168, 2048), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 7168, 256), {SK::kTile256x128, SS::kDataParallel, 1, 4}},
+    {pack_shape(1024, 7168, 2048), {SK::kTile256x128, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 4608, 7168), {SK::kTile128x192, SS::kStreamK, 1, 4}},
-    {pack_shape(1024, 7168, 2304), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 7168, 2304), {SK::kTile256x128, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 512, 7168), {SK::kTile64x128, SS::kStreamK, 1, 4}},
     {pack_shape(1024, 4096, 512), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
     {pack_shape(6144, 1536, 7168), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
@@ -60,7 +61,7 @@ constexpr TunedShape<Sm90Config> kTuned[] = {
     {pack_shape(6144, 4608, 7168), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
     {pack_shape(6144, 7168, 2304), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
     {pack_shape(6144, 512, 7168), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
-    {pack_shape(6144, 4096, 512), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(6144, 4096, 512), {SK::kTile256x128, SS::kDataParallel, 1, 8}},
 };
 static_assert(tuned_keys_unique(kTuned), "duplicate shape in the sm90 tuning table");
 
@@ -121,8 +122,8 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     const int64_t row_tiles = ceil_div(p.n, 64);
     return make_config(SK::kTile128x64, kb >= 48 && row_tiles * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
   }
-  // Work per CTA in 64x128 row-slices of a tile: 128x128 tiles are 2 slices, 192x128 3, 192x144 3.375;
-  // per wave of `sms` tiles, or for an even share plus half a slice of hand-over where the 128x128
+  // Work per CTA in 64x128 row-slices of a tile: 128x128 tiles are 2 slices, 192x128 3, 192x144 3.375,
+  // 256x128 4; per wave of `sms` tiles, or for an even share plus half a slice of hand-over where the 128x128
   // stream-K rule applies (a long K whose last wave is partial).
   const double waves = double(tiles) / double(sms);
   const double frac = waves - static_cast<double>(static_cast<int64_t>(waves));
@@ -144,11 +145,23 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t tiles144 = ceil_div(p.m, 192) * ceil_div(p.n, 144);
   const double work144 = 3.375 * static_cast<double>(ceil_div(tiles144, sms));
   if (kb >= 16 && work144 < 0.9 * std::min(work128, work192)) return make_config(SK::kTile192x144);
+  // 256x128 where its slices, counted at 0.97 of the others', are no more work: they measured 3-8 %
+  // cheaper on an H200 (fewer operand bytes per MAC, the per-tile costs spread over twice the work;
+  // 4096x7168x16384: 28 slices against 27.65 for 128x128 stream-K, 5 % faster; 4096x32768x512: 128
+  // against 126, 8 % faster), and 2-3 % slower at 4 % more (6144x7168x2048: 44 against 192x128's 42).
+  // Not for a single wave of them (1024x4096x512: 128 tiles, 4 % slower than 128x128's 256).
+  const int64_t tiles256 = ceil_div(p.m, 256) * ceil_div(p.n, 128);
+  const double work256 = 4.0 * static_cast<double>(ceil_div(tiles256, sms));
+  if (tiles256 > sms && 0.97 * work256 <= std::min(work128, work192)) return make_config(SK::kTile256x128);
   if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k || short_k_near_tie ||
       tiny_k_near_tie)
     return make_config(SK::kTile192x128, SS::kDataParallel, 1, work192 == work128 ? 4 : 8);
   // Very few tiles and a long K: every SM busy with 64x128 stream-K pieces.
   if (tiles * 4 <= sms && kb >= 16) return make_config(SK::kTile64x128, SS::kStreamK);
+  // Less than a wave of 128x128 tiles and a long K: 128x64 tiles where they make at most one wave
+  // (512x2112x7168: 132 tiles against 68; 2048x512x7168: 128 against 64), all of them at once over the
+  // whole K instead of stream-K pieces (20 % faster on an H200 for M = 256-2048 and N = 512-4096).
+  if (tiles < sms && kb >= 16 && ceil_div(p.m, 128) * ceil_div(p.n, 64) <= sms) return make_config(SK::kTile128x64);
   if (stream_k_128) {
     // The tile kernel's stream-K where it splits only the partial wave; CUTLASS's scheduler otherwise.
     return sm90::stream_k_partial_wave_only(tiles, sms, kb) ? make_config(SK::kTile128x128, SS::kStreamK)
@@ -177,6 +190,7 @@ KernelEntry kernel_entry(SK k) {
     case SK::kTile128x64: return FP8GEMM_ENTRY(tile128x64);
     case SK::kTile192x128: return FP8GEMM_ENTRY(tile192x128);
     case SK::kTile192x144: return FP8GEMM_ENTRY(tile192x144);
+    case SK::kTile256x128: return FP8GEMM_ENTRY(tile256x128);
     case SK::kTile64x64: return FP8GEMM_ENTRY(tile64x64);
     case SK::kTile64x32: return FP8GEMM_ENTRY(tile64x32);
     case SK::kDecode: break;
@@ -511,7 +525,7 @@ bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
 const char* const kKernelNames[kSm90KernelCount] = {"cutlass128x128", "cutlass128x128_f16", "tile128x128",
                                                     "tile64x128",     "tile128x192",        "tile128x64",
                                                     "tile192x128",    "tile192x144",        "decode",
-                                                    "tile64x64",      "tile64x32"};
+                                                    "tile64x64",      "tile64x32",          "tile256x128"};
 const char* const kSplitNames[] = {"dp", "splitk", "streamk", "heuristic"};
 
 // Index of the name that `text` starts with, followed by `sep`; -1 if none.

@@ -24,8 +24,9 @@ enum class Sm90Kernel : int32_t {
   kDecode = 8,  // M <= 64: weight rows on the wgmma's M side, K split across a cluster
   kTile64x64 = 9,
   kTile64x32 = 10,
+  kTile256x128 = 11,
 };
-constexpr int kSm90KernelCount = 11;
+constexpr int kSm90KernelCount = 12;
 
 // How a kernel splits its work. The tile and CUTLASS kernels: data-parallel tiles, split-K (`splits`
 // equal K ranges per tile) or stream-K. The decode kernel: `splits` CTAs per weight tile along K

@@ -3,7 +3,8 @@
 //   d[m, n] = bf16( alpha * sum_kb sfa[m, kb] * sfb[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k] )
 //
 // * One producer warpgroup (one thread issues TMA: a tile, b tile and the tile's a_scale column per
-//   stage, completing on a "full" mbarrier) and one or two math warpgroups (64 rows each).
+//   stage, completing on a "full" mbarrier) and one to three math warpgroups (64 rows each, or 128 as
+//   two 64-row slices: the 256-row tile).
 // * Per 128-wide K block the math warpgroups run 4 wgmma m64nBNk32 (fp8 e4m3 x e4m3 -> fp32) into a
 //   temporary accumulator, then promote: acc += temp * sfa[row] * sfb[col block] in fp32 (DeepSeek's
 //   recipe; the fp8 tensor cores keep ~13 fraction bits inside a K block).
@@ -34,7 +35,7 @@ namespace fp8gemm::cuda::sm90::tile {
 // Compile-time configuration and shared-memory plan
 // ------------------------------------------------------------------------------------------------
 template <int BN_, int kMathWGs_, bool kDoubleBuffer_, bool kStreamK_ = false, bool kGrouped_ = false,
-          int kCluster_ = 1>
+          int kCluster_ = 1, int kSlices_ = 1>
 struct Cfg {
   // kStreamK: the kernel can also split tiles by K (see Params); compiled separately because the
   // extra live state costs the data-parallel main loop registers and speed.
@@ -53,7 +54,14 @@ struct Cfg {
   static constexpr int BN = BN_, kMathWGs = kMathWGs_;
   static constexpr bool kDoubleBuffer = kDoubleBuffer_;
   static_assert(kMathWGs >= 1 && kMathWGs <= 3, "one to three math warpgroups");
-  static constexpr int BM = 64 * kMathWGs;
+  // kSlices = 2: each math warpgroup owns two 64-row slices of the tile (256 rows with two warpgroups) and
+  // runs one K block's wgmmas slice after slice through one temporary accumulator, promoting each slice
+  // while the other warpgroup's wgmmas run. A 256x128 tile moves 1/256 + 1/128 bytes of operands per MAC
+  // and spreads each tile's set-up and epilogue over twice the work of 128x128.
+  static constexpr int kSlices = kSlices_;
+  static_assert(kSlices == 1 || (kSlices == 2 && !kDoubleBuffer && !kGrouped),
+                "two slices per warpgroup: one temporary accumulator, dense tiles");
+  static constexpr int BM = 64 * kMathWGs * kSlices;
   static constexpr int kThreads = 128 * (kMathWGs + 1);
   static constexpr int kAccRegs = BN / 2;  // fp32 per thread of m64nBN
   // Register split (setmaxnreg) with two or three math warpgroups. Every thread starts with the launch's
@@ -72,7 +80,7 @@ struct Cfg {
   // Epilogue panels: 64 bf16 columns (128-byte swizzle), 32 (64-byte swizzle) or 16 (32-byte swizzle).
   static constexpr int kPanelCols = BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
   static constexpr int kPanels = BN / kPanelCols;
-  static constexpr int kPanelBytes = 64 * kPanelCols * 2;  // per math warpgroup: 64 rows
+  static constexpr int kPanelBytes = 64 * kPanelCols * 2;  // per 64-row slice
   // The panels' swizzle, Swizzle<B,4,3> (16-byte unit index ^= (offset / 128) mod 2^B), B = 3, 2, 1 for
   // 128-, 64-, 32-byte rows: the epilogue's stores and the TMA store map (whose CU_TENSOR_MAP_SWIZZLE_
   // {128,64,32}B are the values 3, 2, 1) both use it.
@@ -93,7 +101,7 @@ struct Cfg {
   static constexpr int kABytes = BM * kBlockK, kBBytes = BN * kBlockK, kSfaBytes = kSfaBox * 4;
   // Shared memory per stage for the a_scale box: a TMA destination is 128-byte aligned.
   static constexpr int kSfaStride = (kSfaBytes + 127) / 128 * 128;
-  static constexpr int kDBytes = kMathWGs * kPanels * kPanelBytes;
+  static constexpr int kDBytes = kMathWGs * kSlices * kPanels * kPanelBytes;
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;  // = the TMA bytes of one stage
   static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */;
   static constexpr int kStageSmem = kABytes + kBBytes + kSfaStride;
@@ -343,20 +351,20 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     if constexpr (C::kMathWGs >= 2) setmaxnreg_inc<C::kMathRegs>();
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if constexpr (C::kGrouped) num_m = p.segments[3 * p.experts];
-    const int mw = wg - 1;                 // which 64-row slice of the tile
+    const int mw = wg - 1;                 // which warpgroup: rows [mw * 64 * kSlices, +64 * kSlices) of the tile
     const int warp = tid / 32, lane = tid % 32;
-    const int r0 = warp * 16 + lane / 4;   // accumulator rows r0 and r0 + 8 (of this warpgroup's 64)
+    const int r0 = warp * 16 + lane / 4;   // accumulator rows r0 and r0 + 8 (of each 64-row slice)
     const int c0 = 2 * (lane % 4);         // columns 8j + c0, 8j + c0 + 1
-    uint8_t* smem_d = smem + C::kOffD + mw * C::kPanels * C::kPanelBytes;
+    uint8_t* smem_d = smem + C::kOffD + mw * C::kSlices * C::kPanels * C::kPanelBytes;
     // Stage 0's addresses, once: a stage's are these plus a constant times the stage index. Derived
     // from the generic pointer inside the loop, ptxas would recompute them every K block (under the
     // 160-register budget of three math warpgroups it rematerialises the shared-window base).
     uint32_t s_full = smem_addr(full);                                      // full[s]: + 8 s
-    uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 + r0);  // + kSfaStride s
-    uint64_t desc_a = smem_desc_k128b(smem + mw * 64 * kBlockK);            // + kABytes / 16 s
+    uint32_t s_sfa = smem_addr(smem + C::kOffSfa) + 4 * uint32_t(mw * 64 * C::kSlices + r0);  // + kSfaStride s
+    uint64_t desc_a = smem_desc_k128b(smem + mw * 64 * C::kSlices * kBlockK);  // + kABytes / 16 s
     uint64_t desc_b = smem_desc_k128b(smem + C::kOffB);                     // + kBBytes / 16 s
     constexpr int R = C::kAccRegs;
-    float acc[R];
+    float acc[C::kSlices * R];  // slice sl: acc[sl * R, (sl + 1) * R)
     float tmp0[R];
     float tmp1[C::kDoubleBuffer ? R : 1];
     float sc0[4], sc1[4];  // promotion factors of the block in tmp0 / tmp1
@@ -395,12 +403,12 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       const float* sfb0 = sfb_base + int64_t(nblk) * p.sfb_ld + (kSk ? kb_begin : 0);
       const float* sfb1 = two_blocks ? sfb0 + p.sfb_ld : sfb0;
 #pragma unroll
-      for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < C::kSlices * R; ++i) acc[i] = 0.0f;
 
-      // Waits for stage `stage`, issues its 4 wgmmas into d (not waited for) and computes the block's
-      // promotion factors into sc (b_scale loads from global are issued before the barrier wait and
-      // the a_scale reads right after it, so their latency hides under the MMAs).
-      auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int kb) {
+      // Waits for stage `stage`, issues its 4 wgmmas of slice sl into d (not waited for) and computes the
+      // block's promotion factors into sc (b_scale loads from global are issued before the barrier wait
+      // and the a_scale reads right after it, so their latency hides under the MMAs).
+      auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int kb, int sl) {
         float sa0, sa1, sb0, sb1;
         uint64_t da, db;
         if constexpr (C::kLoopCarriedAddresses) {
@@ -408,20 +416,20 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           // recomputing them from the shared-window base and the b_scale row every K block.
           asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b), "+l"(sfb0), "+l"(sfb1));
           sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
-          mbar_wait(s_full + 8 * uint32_t(stage), ph);
-          uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride);
+          if (sl == 0) mbar_wait(s_full + 8 * uint32_t(stage), ph);  // slice 1 follows slice 0 on the stage
+          uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride + sl * 64 * 4);
           if constexpr (C::kGrouped) sfa += 4u * uint32_t(m0 & 3);  // the box starts at row m0 & ~3
           sa0 = ld_shared_f32(sfa) * p.alpha, sa1 = ld_shared_f32(sfa + 32) * p.alpha;
           // The start address is the descriptor's low 14 bits (16-byte units); no carry: < 2^18 bytes.
-          da = desc_a + uint32_t(stage * (C::kABytes >> 4));
+          da = desc_a + uint32_t(stage * (C::kABytes >> 4) + sl * (64 * kBlockK >> 4));
           db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
         } else {
           sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
-          mbar_wait(&full[stage], ph);
-          const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) + mw * 64 +
-                             (C::kGrouped ? m0 & 3 : 0);
+          if (sl == 0) mbar_wait(&full[stage], ph);
+          const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) +
+                             (mw * C::kSlices + sl) * 64 + (C::kGrouped ? m0 & 3 : 0);
           sa0 = sfa[r0] * p.alpha, sa1 = sfa[r0 + 8] * p.alpha;
-          da = smem_desc_k128b(smem + stage * C::kABytes + mw * 64 * kBlockK);
+          da = smem_desc_k128b(smem + stage * C::kABytes + (mw * C::kSlices + sl) * 64 * kBlockK);
           db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
         }
 #pragma unroll
@@ -435,14 +443,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
         sc[0] = sa0 * sb0, sc[1] = sa1 * sb0, sc[2] = sa0 * sb1, sc[3] = sa1 * sb1;
       };
-      // After d's wgmmas completed: release the stage, promote d into acc.
-      auto promote = [&](const float* d, const float* sc, int stage) {
+      // After d's wgmmas completed: release the stage (after its last slice), promote d into slice sl of acc.
+      auto promote = [&](const float* d, const float* sc, int stage, int sl) {
         __syncwarp();
         if constexpr (C::kCluster > 1) {
           if (lane < C::kCluster) mbar_arrive_cluster(&empty[stage], lane);  // both CTAs' loads wait for it
         } else {
-          if (lane == 0) mbar_arrive(&empty[stage]);
+          if (lane == 0 && sl == C::kSlices - 1) mbar_arrive(&empty[stage]);
         }
+        float* a = acc + sl * R;
         // kSplit: first column under the next b_scale block, as a constant so that each column group's
         // factor is chosen at compile time (a run-time choice cost two compares and selects per group).
         auto fma_all = [&](auto split_c) {
@@ -450,10 +459,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
           for (int j = 0; j < C::BN / 8; ++j) {
             const float f0 = 8 * j >= kSplit ? sc[2] : sc[0], f1 = 8 * j >= kSplit ? sc[3] : sc[1];
-            acc[4 * j + 0] = fmaf(d[4 * j + 0], f0, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(d[4 * j + 1], f0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(d[4 * j + 2], f1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(d[4 * j + 3], f1, acc[4 * j + 3]);
+            a[4 * j + 0] = fmaf(d[4 * j + 0], f0, a[4 * j + 0]);
+            a[4 * j + 1] = fmaf(d[4 * j + 1], f0, a[4 * j + 1]);
+            a[4 * j + 2] = fmaf(d[4 * j + 2], f1, a[4 * j + 2]);
+            a[4 * j + 3] = fmaf(d[4 * j + 3], f1, a[4 * j + 3]);
           }
         };
         if constexpr (128 % C::BN == 0) {
@@ -475,13 +484,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         uint32_t ph_next = phase;
         int kb_next = 0;
         auto issue_next = [&](float* d, float* sc) {
-          issue(d, sc, s_next, ph_next, kb_next++);
+          issue(d, sc, s_next, ph_next, kb_next++, 0);
           advance(s_next, ph_next);
         };
         auto promote_cur = [&](float* d, const float* sc) {
 #pragma unroll
           for (int i = 0; i < R; ++i) fence_reg(d[i]);
-          promote(d, sc, s);
+          promote(d, sc, s, 0);
           advance(s, phase);
         };
         issue_next(tmp0, sc0);
@@ -506,11 +515,14 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
       } else {
         for (int kb = 0; kb < nkb; ++kb) {
-          issue(tmp0, sc0, s, phase, kb);
-          wgmma_wait<0>();
 #pragma unroll
-          for (int i = 0; i < R; ++i) fence_reg(tmp0[i]);
-          promote(tmp0, sc0, s);
+          for (int sl = 0; sl < C::kSlices; ++sl) {
+            issue(tmp0, sc0, s, phase, kb, sl);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < R; ++i) fence_reg(tmp0[i]);
+            promote(tmp0, sc0, s, sl);
+          }
           advance(s, phase);
         }
       }
@@ -518,9 +530,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // ---- stream-K: hand a partial tile over, or collect the others' partials ----
       if (sk_contributor) {
         // Not the tile's first K block: publish the fp32 partial sums (fragment order, coalesced).
-        float4* slot = reinterpret_cast<float4*>(p.partials) + (size_t(my_slot) * C::kMathWGs + mw) * (R / 4) * 128;
+        constexpr int kQuads = C::kSlices * R / 4;
+        float4* slot = reinterpret_cast<float4*>(p.partials) + (size_t(my_slot) * C::kMathWGs + mw) * kQuads * 128;
 #pragma unroll
-        for (int i = 0; i < R / 4; ++i)
+        for (int i = 0; i < kQuads; ++i)
           __stcg(slot + i * 128 + tid, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
         named_barrier(1 + mw, 128);
         if (tid == 0) {
@@ -538,9 +551,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             }
           }
           named_barrier(1 + mw, 128);
-          const float4* slot = reinterpret_cast<const float4*>(p.partials) + (size_t(cta) * C::kMathWGs + mw) * (R / 4) * 128;
+          constexpr int kQuads = C::kSlices * R / 4;
+          const float4* slot = reinterpret_cast<const float4*>(p.partials) + (size_t(cta) * C::kMathWGs + mw) * kQuads * 128;
 #pragma unroll
-          for (int i = 0; i < R / 4; ++i) {
+          for (int i = 0; i < kQuads; ++i) {
             const float4 v = __ldcg(slot + i * 128 + tid);
             acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
           }
@@ -566,28 +580,34 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       }
       // The pair's second tile past the last N block: computed on zero-filled operands, never stored.
       if (C::kCluster > 1 && n0 >= p.n) return;
-      // ---- epilogue: bf16 into swizzled panels, then TMA stores of this warpgroup's 64 rows ----
+      // ---- epilogue: bf16 into swizzled panels, then TMA stores of this warpgroup's 64-row slices ----
       if (tid == 0) tma_store_wait_read();  // the previous tile's stores have left shared memory
       named_barrier(1 + mw, 128);
 #pragma unroll
-      for (int j = 0; j < C::BN / 8; ++j) {
-        const int col = 8 * j + c0;
-        const int panel = col / C::kPanelCols, pc = col % C::kPanelCols;
+      for (int sl = 0; sl < C::kSlices; ++sl) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = r0 + 8 * h;
-          uint32_t off = uint32_t(row * C::kPanelCols * 2 + pc * 2);
-          off ^= ((off >> 7) & ((1u << C::kPanelSwizzleB) - 1u)) << 4;  // Cfg::kPanelSwizzleB
-          *reinterpret_cast<uint32_t*>(smem_d + panel * C::kPanelBytes + off) =
-              pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        for (int j = 0; j < C::BN / 8; ++j) {
+          const int col = 8 * j + c0;
+          const int panel = sl * C::kPanels + col / C::kPanelCols, pc = col % C::kPanelCols;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r0 + 8 * h;
+            uint32_t off = uint32_t(row * C::kPanelCols * 2 + pc * 2);
+            off ^= ((off >> 7) & ((1u << C::kPanelSwizzleB) - 1u)) << 4;  // Cfg::kPanelSwizzleB
+            *reinterpret_cast<uint32_t*>(smem_d + panel * C::kPanelBytes + off) =
+                pack_bf16x2(acc[sl * R + 4 * j + 2 * h], acc[sl * R + 4 * j + 2 * h + 1]);
+          }
         }
       }
       fence_proxy_async();
       named_barrier(1 + mw, 128);
       if (tid == 0) {
 #pragma unroll
-        for (int pnl = 0; pnl < C::kPanels; ++pnl)
-          tma_store_2d(&map_d, smem_d + pnl * C::kPanelBytes, n0 + pnl * C::kPanelCols, m0 + mw * 64);
+        for (int sl = 0; sl < C::kSlices; ++sl)
+#pragma unroll
+          for (int pnl = 0; pnl < C::kPanels; ++pnl)
+            tma_store_2d(&map_d, smem_d + (sl * C::kPanels + pnl) * C::kPanelBytes, n0 + pnl * C::kPanelCols,
+                         m0 + (mw * C::kSlices + sl) * 64);
         tma_store_commit();
       }
     };
@@ -845,13 +865,11 @@ cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
 
 }  // namespace fp8gemm::cuda::sm90::tile
 
-// Defines the entry points of sm90_kernel_args.h for one tile configuration (BN, math
-// warpgroups, double buffering): KernelArgs::decomposition kStreamK or kSplitK runs the build of the
-// kernel that can split tiles by K, anything else the data-parallel one.
-#define FP8GEMM_SM90_TILE_KERNEL(name, ...)                                                            \
+// Defines the entry points of sm90_kernel_args.h for one tile configuration from its two builds, the
+// types name##_dp and name##_sk (namespace fp8gemm::cuda::sm90): KernelArgs::decomposition kStreamK or
+// kSplitK runs the build of the kernel that can split tiles by K, anything else the data-parallel one.
+#define FP8GEMM_SM90_TILE_ENTRIES(name)                                                                \
   namespace fp8gemm::cuda::sm90 {                                                                      \
-  using name##_dp = tile::Cfg<__VA_ARGS__, false>;                                                     \
-  using name##_sk = tile::Cfg<__VA_ARGS__, true>;                                                      \
   size_t name##_workspace_bytes(const KernelArgs& a) {                                                 \
     return tile::splits_k(a) ? tile::workspace_bytes<name##_sk>(a) : tile::workspace_bytes<name##_dp>(a); \
   }                                                                                                    \
@@ -864,3 +882,11 @@ cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
                              : tile::run<name##_dp>(a, ws, ws_bytes, stream);                          \
   }                                                                                                    \
   }
+
+// The same for a tile of one 64-row slice per math warpgroup: (name, BN, math warpgroups, double buffering).
+#define FP8GEMM_SM90_TILE_KERNEL(name, ...)        \
+  namespace fp8gemm::cuda::sm90 {                  \
+  using name##_dp = tile::Cfg<__VA_ARGS__, false>; \
+  using name##_sk = tile::Cfg<__VA_ARGS__, true>;  \
+  }                                                \
+  FP8GEMM_SM90_TILE_ENTRIES(name)

@@ -12,7 +12,8 @@ from selftest_lines import assert_check_passed, assert_ran_exactly, build_and_ru
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEMM = os.path.dirname(HERE)
-CHECKS = ["generic_rule_matches_table_on_192x128", "generic_rule_matches_table_on_192x144", "generic_rule_examples",
+CHECKS = ["generic_rule_matches_table_on_192x128", "generic_rule_matches_table_on_192x144",
+          "generic_rule_matches_table_on_256x128", "generic_rule_examples",
           "generic_rule_on_deepgemm_shapes", "decode_plan", "split_k_tail"]
 
 
