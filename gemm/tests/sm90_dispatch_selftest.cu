@@ -150,12 +150,15 @@ void generic_rule_on_deepgemm_shapes() {
       {4096, 7168, 16384, SK::kTile256x128, SS::kDataParallel},
       {4096, 36864, 7168, SK::kTile256x128, SS::kDataParallel},
       {2048, 4096, 7168, SK::kTile256x128, SS::kDataParallel},
-      // Less than a wave of 128x128 tiles: 128x64 tiles where they make at most one wave, else (a quarter
-      // wave or less) 64x128 stream-K.
+      // Less than a wave of 128x128 tiles: 128x64 tiles where they make at most one wave; at most a quarter
+      // wave: 64x64 tiles, stream-K where they fill at most half of the SMs.
       {512, 2112, 7168, SK::kTile128x64, SS::kDataParallel},
       {2048, 512, 7168, SK::kTile128x64, SS::kDataParallel},
       {256, 4096, 7168, SK::kTile128x64, SS::kDataParallel},
-      {256, 1536, 7168, SK::kTile64x128, SS::kStreamK},
+      {256, 1536, 7168, SK::kTile64x64, SS::kDataParallel},
+      {256, 576, 7168, SK::kTile64x64, SS::kStreamK},
+      {512, 512, 7168, SK::kTile64x64, SS::kStreamK},
+      {384, 1024, 4096, SK::kTile64x64, SS::kDataParallel},
       {512, 4096, 7168, SK::kTile128x128, SS::kDataParallel},
   };
   std::string err;
