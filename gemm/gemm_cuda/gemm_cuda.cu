@@ -110,9 +110,11 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
     if (p.m > 32 && p.n >= 2048 && kb >= 16) return make_config(SK::kTile64x32, SS::kStreamK);
     return make_config(SK::kDecode, SS::kSplitK, 0, 0);
   }
-  if (p.m <= 128 && kb >= 16) {
-    // Up to 128 rows and a weight of at most one wave of 64x64 tiles (N <= 4224 on 132 SMs): those tiles
-    // over the whole K where they fill at least half of the SMs, else stream-K (128x2112x7168).
+  if ((p.m <= 128 || tiles * 4 <= sms) && kb >= 16) {
+    // Up to 128 rows and a weight of at most one wave of 64x64 tiles (N <= 4224 on 132 SMs), or any M with
+    // at most a quarter wave of 128x128 tiles (so at most one wave of 64x64): those tiles over the whole K
+    // where they fill at least half of the SMs, else stream-K (128x2112x7168; 256x576x7168: 36 tiles;
+    // 384x1024x4096: 96 tiles, over the whole K).
     const int64_t items = ceil_div(p.m, 64) * ceil_div(p.n, 64);
     if (items <= sms) return make_config(SK::kTile64x64, items * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
   }
@@ -156,13 +158,6 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k || short_k_near_tie ||
       tiny_k_near_tie)
     return make_config(SK::kTile192x128, SS::kDataParallel, 1, work192 == work128 ? 4 : 8);
-  // Very few tiles (at most a quarter wave of 128x128) and a long K: 64x64 tiles, stream-K where they fill
-  // at most half of the SMs (256x576x7168: 36 tiles, 11.1 us against 15.8 for 64x128 stream-K on an H100;
-  // 384x1024x4096: 96 tiles, 9.2 against 13.2).
-  if (tiles * 4 <= sms && kb >= 16) {
-    const int64_t tiles64 = ceil_div(p.m, 64) * ceil_div(p.n, 64);
-    return make_config(SK::kTile64x64, tiles64 * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
-  }
   // Less than a wave of 128x128 tiles and a long K: 128x64 tiles where they make at most one wave
   // (512x2112x7168: 132 tiles against 68; 2048x512x7168: 128 against 64), all of them at once over the
   // whole K instead of stream-K pieces (20 % faster on an H200 for M = 256-2048 and N = 512-4096).
