@@ -8,7 +8,9 @@ transformers calls it), uniform or skewed top-8 routing of T tokens (one routing
 its two projections), L2 flushed before each call, median of CUDA-event times. Each implementation's output
 is checked against a float64 reference on sampled rows before it is timed. The roofline of a shape is the
 larger of (expert weights and scales hit + activations in + out) / the copy bandwidth and FLOPs / our dense
-GEMM's throughput on a dense problem of the same size, both measured in the same run.
+GEMM's throughput on a dense problem of the same size, both measured in the same run. For ours grouped the
+profiler's kernel records also split the time into its stages: the activation quantization and the expert
+GEMM kernel (what is left of the roofline when the GEMM runs alone).
 
 finegrained-fp8 v4 runs from a copy of its torch-ext package (huggingface/kernels-community
 `finegrained-fp8/torch-ext/finegrained_fp8`) given by --v4, kept outside git (e.g. `.cache/finegrained_fp8_v4`);
@@ -111,6 +113,34 @@ class Timer:
             times.append(a.elapsed_time(b) * 1e3)
         times.sort()
         return times[len(times) // 2]
+
+
+# Kernel-name markers of the stages of our op, for its kernel-time breakdown.
+STAGES = (("quant", ("act_quant",)), ("gemm", ("blockscaled_gemm_kernel", "decode_gemm_kernel", "expert_gemm_generic")))
+
+
+def stage_times(torch, fn, flush, reps=5):
+    """Mean µs per call of each stage's kernels (STAGES) in fn, from the profiler's kernel records, the L2
+    flushed before each call. The routing kernel between them starts early as a programmatic dependent and
+    waits for the quantization inside its record, so it has no stage of its own."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush()
+            fn()
+        torch.cuda.synchronize()
+    total = {name: 0.0 for name, _ in STAGES}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        for name, markers in STAGES:
+            if any(m in e.name for m in markers):
+                total[name] += e.device_time
+    return {name: t / reps for name, t in total.items()}
 
 
 def copy_bandwidth(torch, timer):
@@ -476,6 +506,11 @@ def run(args):
                             row[name + "_error"] = f"{type(ex).__name__}: {str(ex)[:160]}"
                             print(f"[error] {model} {proj} T {tokens} {row['routing']} {name}: {row[name + '_error']}",
                                   flush=True)
+                    try:
+                        stages = stage_times(torch, impls["ours_grouped"], timer.flush_buf.zero_)
+                        row["ours_quant_kernel_us"], row["ours_gemm_kernel_us"] = stages["quant"], stages["gemm"]
+                    except Exception as ex:
+                        row["ours_stages_error"] = f"{type(ex).__name__}: {str(ex)[:160]}"
                     # Dense reference throughput: our dense GEMM on (s, n, k) with one weight.
                     try:
                         wd, wds = b[0], bs[0]
@@ -516,6 +551,7 @@ def _in_noise(r, name):
 
 def render_md(data):
     env = data["env"]
+    stages = any("ours_gemm_kernel_us" in r for r in data["rows"])  # runs before the stage split have none
     dg_ran = any(kk.startswith("deepgemm_") and kk.endswith(("_us", "_error")) for r in data["rows"] for kk in r)
     if dg_ran:
         sf = env.get("deepgemm_sf_layout") or []
@@ -549,9 +585,16 @@ def render_md(data):
            + (" **The run stopped before its last row: the table holds the rows it measured.**"
               if env.get("complete") is False else ""), "",
            "| model | proj | T | routing | hit | ours grouped | ours batched | v4 grouped | v4 batched | DG gemm | "
-           "DG charged | torch bf16 | roof | %roof | vs best | vs DG gemm | vs torch |",
-           "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    ratios_best, ratios_dg, ratios_t, fracs = [], [], [], []
+           "DG charged | torch bf16 | roof | %roof | vs best | vs DG gemm | vs torch |"
+           + (" ours quant | ours GEMM | GEMM %roof |" if stages else ""),
+           "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+           + ("---:|---:|---:|" if stages else "")]
+    ratios_best, ratios_dg, ratios_t, fracs, gemm_fracs, quant_shares = [], [], [], [], [], []
+
+    def kernel_us(key):
+        v = r.get(key)
+        return f"{v:.1f}" if v is not None else "–"
+
     for r in data["rows"]:
         def f(name):
             v = r.get(name + "_us")
@@ -569,6 +612,10 @@ def render_md(data):
         vd = dgg / ours if ours and dgg else None
         vt = tb / ours if ours and tb else None
         frac = r["roofline_us"] / ours if ours else None
+        gk = r.get("ours_gemm_kernel_us")
+        gfrac = r["roofline_us"] / gk if gk else None
+        if gfrac: gemm_fracs.append(gfrac)
+        if gk and r.get("ours_quant_kernel_us") is not None and ours: quant_shares.append((r["tokens"], r["ours_quant_kernel_us"] / ours))
         if vs: ratios_best.append(vs)
         if vd: ratios_dg.append(vd)
         if vt: ratios_t.append(vt)
@@ -579,7 +626,9 @@ def render_md(data):
                    f"{f('ours_grouped')} | {f('ours_batched')} | {f('v4_grouped')} | {f('v4_batched')} | "
                    f"{f('deepgemm_gemm')} | {f('deepgemm_charged')} | "
                    f"{f('torch_bf16_grouped_mm')} | {r['roofline_us']:.1f} | "
-                   f"{f'{100 * frac:.0f} %' if frac else '–'} | {ratio(vs)} | {ratio(vd)} | {ratio(vt)} |")
+                   f"{f'{100 * frac:.0f} %' if frac else '–'} | {ratio(vs)} | {ratio(vd)} | {ratio(vt)} |"
+                   + (f" {kernel_us('ours_quant_kernel_us')} | {kernel_us('ours_gemm_kernel_us')} | "
+                      f"{f'{100 * gfrac:.0f} %' if gfrac else '–'} |" if stages else ""))
     out += ["", f"Geomean over {len(ratios_best)} rows: best of v4 / DG charged over ours {geomean(ratios_best):.2f}x; "
             f"DG gemm / ours {geomean(ratios_dg):.2f}x; torch bf16 / ours {geomean(ratios_t):.2f}x; fraction of the "
             f"roofline {geomean(fracs):.2f}. Rows where ours is slower than the best of v4 / DG charged: "
@@ -592,6 +641,18 @@ def render_md(data):
                         for name in IMPLS + ["torch_bf16_grouped_mm"]) + ". Largest relative L2 error: "
             + ", ".join(f"{name} {max((r[name + '_l2'] for r in data['rows'] if r.get(name + '_l2') is not None), default=float('nan')):.3f}"
                         for name in IMPLS + ["torch_bf16_grouped_mm"]) + "."]
+    if gemm_fracs:
+        by_t = {}
+        for t, share in quant_shares:
+            by_t.setdefault(t, []).append(share)
+        out += ["", "`ours quant` / `ours GEMM`: kernel time per call (µs, torch.profiler's records, 5 calls, L2 flushed "
+                "before each) of our activation quantization and of the expert GEMM kernel (tile or decode) inside "
+                "ours grouped; the routing kernel between them waits for the quantization inside its record and "
+                "is left out. `GEMM %roof` = roof / ours GEMM: the GEMM kernel alone against the same roofline. "
+                f"GEMM kernel alone: fraction of the roofline {geomean(gemm_fracs):.2f} (geomean), below 80 % on "
+                f"{sum(1 for x in gemm_fracs if x < 0.8)} of {len(gemm_fracs)} rows. Quantization kernel's share of "
+                "ours grouped (median over the rows of one T): "
+                + ", ".join(f"T {t} {100 * sorted(v)[len(v) // 2]:.0f} %" for t, v in sorted(by_t.items())) + "."]
     return "\n".join(out) + "\n"
 
 
