@@ -591,8 +591,8 @@ def render_md(data):
            + ("---:|---:|---:|" if stages else "")]
     ratios_best, ratios_dg, ratios_t, fracs, gemm_fracs, quant_shares = [], [], [], [], [], []
 
-    def kernel_us(key):
-        v = r.get(key)
+    def kernel_us(row, key):
+        v = row.get(key)
         return f"{v:.1f}" if v is not None else "–"
 
     for r in data["rows"]:
@@ -627,7 +627,7 @@ def render_md(data):
                    f"{f('deepgemm_gemm')} | {f('deepgemm_charged')} | "
                    f"{f('torch_bf16_grouped_mm')} | {r['roofline_us']:.1f} | "
                    f"{f'{100 * frac:.0f} %' if frac else '–'} | {ratio(vs)} | {ratio(vd)} | {ratio(vt)} |"
-                   + (f" {kernel_us('ours_quant_kernel_us')} | {kernel_us('ours_gemm_kernel_us')} | "
+                   + (f" {kernel_us(r, 'ours_quant_kernel_us')} | {kernel_us(r, 'ours_gemm_kernel_us')} | "
                       f"{f'{100 * gfrac:.0f} %' if gfrac else '–'} |" if stages else ""))
     out += ["", f"Geomean over {len(ratios_best)} rows: best of v4 / DG charged over ours {geomean(ratios_best):.2f}x; "
             f"DG gemm / ours {geomean(ratios_dg):.2f}x; torch bf16 / ours {geomean(ratios_t):.2f}x; fraction of the "
