@@ -232,17 +232,8 @@ class Timer:
         """Mean µs per call of the GPU kernels fn launches, from the profiler's kernel records (launch gaps
         excluded), the L2 flushed before each call; the flush's own kernels are left out by name."""
         torch = self.torch
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
-        def cuda_events(body):
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                body()
-                torch.cuda.synchronize()
-            return [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-
         if self._flush_names is None:
-            self._flush_names = {e.name for e in cuda_events(self.flush)}
+            self._flush_names = {e.name for e in kernel_records(torch, self.flush)}
         flush_names = self._flush_names
         fn()
         torch.cuda.synchronize()
@@ -253,7 +244,18 @@ class Timer:
                     self.flush()
                 fn()
 
-        return sum(e.device_time for e in cuda_events(body) if e.name not in flush_names) / self.reps
+        return sum(e.device_time for e in kernel_records(torch, body) if e.name not in flush_names) / self.reps
+
+
+def kernel_records(torch, body):
+    """The GPU kernel records (name, device_time in µs) of the torch.profiler trace of body(), run to completion."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        body()
+        torch.cuda.synchronize()
+    return [e for e in prof.events() if e.device_type == DeviceType.CUDA]
 
 
 def copy_bandwidth(torch, timer):

@@ -40,6 +40,7 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gemm_bench  # noqa: E402
 import worker_pool  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,20 +125,16 @@ def stage_times(torch, fn, flush, reps=5):
     flushed before each call. The routing kernel between them has no stage of its own. Kernels launched as
     programmatic dependents wait for the kernel before them inside their own records, so a stage's time can
     include part of the previous stage's."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+
+    def body():
         for _ in range(reps):
             flush()
             fn()
-        torch.cuda.synchronize()
+
     total = {name: 0.0 for name, _ in STAGES}
-    for e in prof.events():
-        if e.device_type != DeviceType.CUDA:
-            continue
+    for e in gemm_bench.kernel_records(torch, body):
         for name, markers in STAGES:
             if any(m in e.name for m in markers):
                 total[name] += e.device_time
