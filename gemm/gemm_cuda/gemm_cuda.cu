@@ -39,19 +39,20 @@ using prep::aligned16;
 // Tuned configurations of the 18 challenge benchmark shapes: the fastest correct configuration per
 // shape on an H200 (median kernel time, L2 flushed, K-major inputs). Produced and checked by
 // `python3 benchmarks/gemm_bench.py --tune` (one device call; the four 256x128 entries replaced theirs
-// where that tile was faster in two H200 sweeps); shapes not listed take choose_generic().
+// where that tile was faster in two H200 sweeps, and 1024x576x7168 / 1024x512x7168 took the 64-row tiles
+// that were fastest in a sweep of every tile on an H100); shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SK = Sm90Kernel;
 using SS = Sm90Split;
 constexpr TunedShape<Sm90Config> kTuned[] = {
     {pack_shape(1024, 1536, 7168), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 3072, 1536), {SK::kTile128x192, SS::kDataParallel, 1, 4}},
-    {pack_shape(1024, 576, 7168), {SK::kTile128x64, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 576, 7168), {SK::kTile64x96, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 7168, 256), {SK::kTile256x128, SS::kDataParallel, 1, 4}},
     {pack_shape(1024, 7168, 2048), {SK::kTile256x128, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 4608, 7168), {SK::kTile128x192, SS::kStreamK, 1, 4}},
     {pack_shape(1024, 7168, 2304), {SK::kTile256x128, SS::kDataParallel, 1, 8}},
-    {pack_shape(1024, 512, 7168), {SK::kTile64x128, SS::kStreamK, 1, 4}},
+    {pack_shape(1024, 512, 7168), {SK::kTile64x64, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 4096, 512), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
     {pack_shape(6144, 1536, 7168), {SK::kTile192x128, SS::kDataParallel, 1, 4}},
     {pack_shape(6144, 3072, 1536), {SK::kTile192x128, SS::kDataParallel, 1, 8}},
@@ -89,6 +90,33 @@ Sm90Config make_config(SK kernel, SS split = SS::kDataParallel, int32_t splits =
   return c;
 }
 
+// The narrow tiles of problems with a long K and at most about a wave of 128x128 tiles, in the order that
+// settles a tie (measured on an H100: 256x4096x7168 in 17.7 us as 128x64 tiles, 18.2 as 64x128).
+struct NarrowTile {
+  SK kernel;
+  int64_t bm, bn;
+};
+constexpr NarrowTile kNarrowTiles[] = {{SK::kTile128x64, 128, 64}, {SK::kTile64x128, 64, 128},
+                                       {SK::kTile128x128, 128, 128}, {SK::kTile64x64, 64, 64},
+                                       {SK::kTile64x96, 64, 96},   {SK::kTile64x48, 64, 48},
+                                       {SK::kTile64x32, 64, 32}};
+
+// The data-parallel narrow tile whose busiest CTA loads the fewest operand bytes: (BM + BN) bytes per K
+// column and tile, times the tiles per CTA (waves). With a long K and few tiles each CTA streams its
+// operand rows from L2 at the rate one SM takes them in, so that load is the time (256x1536x7168: 128
+// tiles of 64x48, 112 bytes, against 96 of 64x64, 128 bytes; 512x1536x7168: 128 of 64x96, 160 bytes,
+// against 96 of 128x64, 192 bytes). 128x128 is the only two-warpgroup tile with its full MMA rate here:
+// 128x96 tiles measured slower than 128x128 at 1024x1536x7168 though they load less, so it is not built.
+Sm90Config least_loaded_tile(const GemmProblem& p, int64_t sms) {
+  const NarrowTile* best = nullptr;
+  int64_t best_bytes = 0;
+  for (const NarrowTile& t : kNarrowTiles) {
+    const int64_t bytes = (t.bm + t.bn) * ceil_div(ceil_div(p.m, t.bm) * ceil_div(p.n, t.bn), sms);
+    if (best == nullptr || bytes < best_bytes) best = &t, best_bytes = bytes;
+  }
+  return make_config(best->kernel);
+}
+
 Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t sms = device_sm_count();
   const int64_t kb = p.k_blocks();
@@ -98,10 +126,12 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   // cost model picks the rows per CTA and the K split) up to 16 rows, and for short weights. From 17 rows
   // on, a weight of N >= 4096 rows goes to 64x64 tiles: 64 weight rows per CTA over the whole K, a full
   // wave at N = 8448 (no K split to reduce, unlike the decode kernel's 64-row units); stream-K when the
-  // last of several waves is less than half full. 2048 <= N < 4096 from 33 rows: 64x32 tiles, stream-K
-  // (64x2112x7168: 66 tiles, each split in two).
+  // last of several waves is less than half full; from 33 rows 64x32 tiles where they make one wave
+  // (64x4096x7168: 128 tiles, 13.1 us on an H100 against 13.9 as 64 tiles of 64x64). 2048 <= N < 4096
+  // from 33 rows: 64x32 tiles, stream-K (64x2112x7168: 66 tiles, each split in two).
   if (p.m <= sm90::kDecodeMaxM) {
     if (p.m > 16 && p.n >= 4096) {
+      if (p.m > 32 && kb >= 16 && ceil_div(p.n, 32) <= sms) return make_config(SK::kTile64x32);
       const int64_t items = ceil_div(p.n, 64);
       const double frac = double(items % sms) / double(sms);
       return make_config(SK::kTile64x64, items > sms && frac > 0.0 && frac < 0.5 && kb >= 16 ? SS::kStreamK
@@ -112,17 +142,20 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   }
   if ((p.m <= 128 || tiles * 4 <= sms) && kb >= 16) {
     // Up to 128 rows and a weight of at most one wave of 64x64 tiles (N <= 4224 on 132 SMs), or any M with
-    // at most a quarter wave of 128x128 tiles (so at most one wave of 64x64): those tiles over the whole K
-    // where they fill at least half of the SMs, else stream-K (128x2112x7168; 256x576x7168: 36 tiles;
-    // 384x1024x4096: 96 tiles, over the whole K).
+    // at most a quarter wave of 128x128 tiles (so at most one wave of 64x64): 64x64 stream-K where those
+    // tiles fill at most half of the SMs (128x2112x7168; 256x576x7168: 36 tiles), else the least loaded
+    // narrow tile over the whole K (256x1536x7168: 64x48; 384x1024x4096: 64x48).
     const int64_t items = ceil_div(p.m, 64) * ceil_div(p.n, 64);
-    if (items <= sms) return make_config(SK::kTile64x64, items * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
+    if (items * 2 <= sms) return make_config(SK::kTile64x64, SS::kStreamK);
+    if (items <= sms) return least_loaded_tile(p, sms);
   }
   if (p.m <= 128) {
-    // Still bound by reading B: one row of 128x64 tiles; stream-K when a long K meets too few tiles to
-    // keep half of the SMs busy.
+    // Still bound by reading B: stream-K 128x64 tiles when a long K meets too few of them to keep half of
+    // the SMs busy, else the least loaded tile (128x7168x2048: 128x64; 128x32768x512: 256 tiles of 128x128,
+    // 10.9 us on an H100 against 11.6 as 512 of 128x64).
     const int64_t row_tiles = ceil_div(p.n, 64);
-    return make_config(SK::kTile128x64, kb >= 48 && row_tiles * 2 <= sms ? SS::kStreamK : SS::kDataParallel);
+    if (kb >= 48 && row_tiles * 2 <= sms) return make_config(SK::kTile128x64, SS::kStreamK);
+    return least_loaded_tile(p, sms);
   }
   // Work per CTA in 64x128 row-slices of a tile: 128x128 tiles are 2 slices, 192x128 3, 192x144 3.375,
   // 256x128 4; per wave of `sms` tiles, or for an even share plus half a slice of hand-over where the 128x128
@@ -155,13 +188,22 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t tiles256 = ceil_div(p.m, 256) * ceil_div(p.n, 128);
   const double work256 = 4.0 * static_cast<double>(ceil_div(tiles256, sms));
   if (tiles256 > sms && 0.97 * work256 <= std::min(work128, work192)) return make_config(SK::kTile256x128);
+  // 128x192 (3 slices, one temporary) where it needs fewer slices than both 128x128 (stream-K counted)
+  // and 192x128 (256x36864x7168: 3 waves of 3 against 128x128 stream-K's 9.2 and 192x128's 15; 116 us on an
+  // H100 against 122.6 for 128x128 stream-K; 1024x3072x1536: one wave of 3 against two of 2).
+  const int64_t tiles1x192 = ceil_div(p.m, 128) * ceil_div(p.n, 192);
+  const double work1x192 = 3.0 * static_cast<double>(ceil_div(tiles1x192, sms));
+  if (tiles >= sms && work1x192 < std::min(work128, work192)) return make_config(SK::kTile128x192);
   if (work192 < work128 || (work192 == work128 && kb <= 18) || near_tie_with_stream_k || short_k_near_tie ||
       tiny_k_near_tie)
     return make_config(SK::kTile192x128, SS::kDataParallel, 1, work192 == work128 ? 4 : 8);
-  // Less than a wave of 128x128 tiles and a long K: 128x64 tiles where they make at most one wave
-  // (512x2112x7168: 132 tiles against 68; 2048x512x7168: 128 against 64), all of them at once over the
-  // whole K instead of stream-K pieces (20 % faster on an H200 for M = 256-2048 and N = 512-4096).
-  if (tiles < sms && kb >= 16 && ceil_div(p.m, 128) * ceil_div(p.n, 64) <= sms) return make_config(SK::kTile128x64);
+  // Less than a wave of 128x128 tiles and a long K: the least loaded narrow tile over the whole K where
+  // 128x64 tiles make at most one wave (512x2112x7168: 132 of 128x64; 512x1536x7168: 128 of 64x96, 16.3
+  // us on an H100 against 17.3 as 96 of 128x64; 2048x512x7168: 128 of 128x64), all of them at once
+  // instead of stream-K pieces (20 % faster on an H200 for M = 256-2048 and N = 512-4096), and where
+  // stream-K does not apply.
+  if (tiles < sms && kb >= 16 && (ceil_div(p.m, 128) * ceil_div(p.n, 64) <= sms || !stream_k_128))
+    return least_loaded_tile(p, sms);
   if (stream_k_128) {
     // The tile kernel's stream-K where it splits only the partial wave; CUTLASS's scheduler otherwise.
     return sm90::stream_k_partial_wave_only(tiles, sms, kb) ? make_config(SK::kTile128x128, SS::kStreamK)
@@ -193,6 +235,8 @@ KernelEntry kernel_entry(SK k) {
     case SK::kTile256x128: return FP8GEMM_ENTRY(tile256x128);
     case SK::kTile64x64: return FP8GEMM_ENTRY(tile64x64);
     case SK::kTile64x32: return FP8GEMM_ENTRY(tile64x32);
+    case SK::kTile64x48: return FP8GEMM_ENTRY(tile64x48);
+    case SK::kTile64x96: return FP8GEMM_ENTRY(tile64x96);
     case SK::kDecode: break;
   }
 #undef FP8GEMM_ENTRY
@@ -525,7 +569,8 @@ bool config_valid(const GemmProblem& p, const Sm90Config& cfg) {
 const char* const kKernelNames[kSm90KernelCount] = {"cutlass128x128", "cutlass128x128_f16", "tile128x128",
                                                     "tile64x128",     "tile128x192",        "tile128x64",
                                                     "tile192x128",    "tile192x144",        "decode",
-                                                    "tile64x64",      "tile64x32",          "tile256x128"};
+                                                    "tile64x64",      "tile64x32",          "tile256x128",
+                                                    "tile64x48",      "tile64x96"};
 const char* const kSplitNames[] = {"dp", "splitk", "streamk", "heuristic"};
 
 // Index of the name that `text` starts with, followed by `sep`; -1 if none.

@@ -25,8 +25,10 @@ enum class Sm90Kernel : int32_t {
   kTile64x64 = 9,
   kTile64x32 = 10,
   kTile256x128 = 11,
+  kTile64x48 = 12,
+  kTile64x96 = 13,
 };
-constexpr int kSm90KernelCount = 12;
+constexpr int kSm90KernelCount = 14;
 
 // How a kernel splits its work. The tile and CUTLASS kernels: data-parallel tiles, split-K (`splits`
 // equal K ranges per tile) or stream-K. The decode kernel: `splits` CTAs per weight tile along K

@@ -85,8 +85,8 @@ struct Cfg {
   // 128-, 64-, 32-byte rows: the epilogue's stores and the TMA store map (whose CU_TENSOR_MAP_SWIZZLE_
   // {128,64,32}B are the values 3, 2, 1) both use it.
   static constexpr int kPanelSwizzleB = kPanelCols == 64 ? 3 : kPanelCols == 32 ? 2 : 1;
-  static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 144 || BN == 192,
-                "BN: a Wgmma<> specialisation (32, 64, 128, 144, 192)");
+  static_assert(BN == 32 || BN == 48 || BN == 64 || BN == 96 || BN == 128 || BN == 144 || BN == 192,
+                "BN: a Wgmma<> specialisation (32, 48, 64, 96, 128, 144, 192)");
   // A tile starts at a multiple of gcd(BN, 128) inside its b_scale block, so it straddles at most one
   // block boundary, at a column that is a multiple of that step (promote() relies on both).
   static constexpr int kStraddleStep = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;

@@ -32,6 +32,8 @@ STUB(tile192x144)
 STUB(tile256x128)
 STUB(tile64x64)
 STUB(tile64x32)
+STUB(tile64x48)
+STUB(tile64x96)
 #undef STUB
 bool decode_can_implement(const DecodeArgs&) { return false; }
 cudaError_t decode_run(const DecodeArgs&, cudaStream_t) { return cudaErrorNotSupported; }
@@ -103,7 +105,8 @@ void generic_rule_examples() {
   expect(32, 1536, 7168, Sm90Kernel::kDecode);
   expect(17, 4096, 300, Sm90Kernel::kTile64x64);
   expect(65, 4096, 7168, Sm90Kernel::kTile64x64);
-  expect(65, 4352, 7168, Sm90Kernel::kTile128x64);  // 136 tiles of 64x64: more than one wave
+  // 136 tiles of 64x64: more than one wave; the least loaded tile: 92 of 64x96 (160 bytes per K column).
+  expect(65, 4352, 7168, Sm90Kernel::kTile64x96);
   // 48 x 56 tiles of 128x128 = 21 waves (42 row-slices per CTA), 32 x 56 of 192x128 = 14 waves (42),
   // K short: 192x128. At M = 6000 the 128x128 tiles need only 20 waves (40) and win.
   expect(6100, 7100, 300, Sm90Kernel::kTile192x128);
@@ -136,9 +139,10 @@ void generic_rule_on_deepgemm_shapes() {
       {64, 36864, 7168, SK::kTile64x64, SS::kStreamK},     {32, 36864, 7168, SK::kTile64x64, SS::kStreamK},
       {1, 2112, 7168, SK::kDecode, SS::kSplitK},           {16, 7168, 2048, SK::kDecode, SS::kSplitK},
       {32, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 1536, 7168, SK::kDecode, SS::kSplitK},
-      {64, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {64, 4096, 7168, SK::kTile64x64, SS::kDataParallel},
-      {128, 2112, 7168, SK::kTile64x64, SS::kStreamK},     {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
-      {128, 32768, 512, SK::kTile128x64, SS::kDataParallel},
+      {64, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {64, 4096, 7168, SK::kTile64x32, SS::kDataParallel},
+      {32, 4096, 7168, SK::kTile64x64, SS::kDataParallel},
+      {128, 2112, 7168, SK::kTile64x64, SS::kStreamK},     {128, 24576, 1536, SK::kTile128x128, SS::kDataParallel},
+      {128, 32768, 512, SK::kTile128x128, SS::kDataParallel},
       {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
       {128, 4096, 7168, SK::kTile64x64, SS::kDataParallel}, {128, 7168, 2048, SK::kTile128x64, SS::kDataParallel},
       {128, 1536, 4096, SK::kTile64x64, SS::kStreamK},
@@ -150,15 +154,24 @@ void generic_rule_on_deepgemm_shapes() {
       {4096, 7168, 16384, SK::kTile256x128, SS::kDataParallel},
       {4096, 36864, 7168, SK::kTile256x128, SS::kDataParallel},
       {2048, 4096, 7168, SK::kTile256x128, SS::kDataParallel},
-      // Less than a wave of 128x128 tiles: 128x64 tiles where they make at most one wave; at most a quarter
-      // wave: 64x64 tiles, stream-K where they fill at most half of the SMs.
+      // 128x192 where it needs fewer row-slices per CTA than 128x128 (stream-K) and 192x128.
+      {256, 36864, 7168, SK::kTile128x192, SS::kDataParallel},
+      {1024, 3072, 1536, SK::kTile128x192, SS::kDataParallel},
+      // Less than a wave of 128x128 tiles: the least loaded narrow tile where 128x64 tiles make at most one
+      // wave; at most a quarter wave: 64x64 tiles, stream-K where they fill at most half of the SMs, else the
+      // least loaded narrow tile.
       {512, 2112, 7168, SK::kTile128x64, SS::kDataParallel},
       {2048, 512, 7168, SK::kTile128x64, SS::kDataParallel},
       {256, 4096, 7168, SK::kTile128x64, SS::kDataParallel},
-      {256, 1536, 7168, SK::kTile64x64, SS::kDataParallel},
+      {256, 1536, 7168, SK::kTile64x48, SS::kDataParallel},
+      {512, 1536, 7168, SK::kTile64x96, SS::kDataParallel},
+      {512, 576, 7168, SK::kTile64x48, SS::kDataParallel},
+      {1024, 576, 7168, SK::kTile64x96, SS::kDataParallel},
+      {1024, 512, 7168, SK::kTile64x64, SS::kDataParallel},
+      {1024, 1536, 7168, SK::kTile128x128, SS::kDataParallel},
       {256, 576, 7168, SK::kTile64x64, SS::kStreamK},
       {512, 512, 7168, SK::kTile64x64, SS::kStreamK},
-      {384, 1024, 4096, SK::kTile64x64, SS::kDataParallel},
+      {384, 1024, 4096, SK::kTile64x48, SS::kDataParallel},
       {512, 4096, 7168, SK::kTile128x128, SS::kDataParallel},
   };
   std::string err;
