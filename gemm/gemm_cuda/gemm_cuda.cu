@@ -105,8 +105,8 @@ constexpr NarrowTile kNarrowTiles[] = {{SK::kTile128x64, 128, 64}, {SK::kTile64x
 // column and tile, times the tiles per CTA (waves). With a long K and few tiles each CTA streams its
 // operand rows from L2 at the rate one SM takes them in, so that load is the time (256x1536x7168: 128
 // tiles of 64x48, 112 bytes, against 96 of 64x64, 128 bytes; 512x1536x7168: 128 of 64x96, 160 bytes,
-// against 96 of 128x64, 192 bytes). 128x128 is the only two-warpgroup tile with its full MMA rate here:
-// 128x96 tiles measured slower than 128x128 at 1024x1536x7168 though they load less, so it is not built.
+// against 96 of 128x64, 192 bytes). The two-warpgroup candidates are 128x64 and 128x128 only: 128x96 tiles
+// measured slower than 128x128 at 1024x1536x7168 though they load less, so that tile is not built.
 Sm90Config least_loaded_tile(const GemmProblem& p, int64_t sms) {
   const NarrowTile* best = nullptr;
   int64_t best_bytes = 0;
