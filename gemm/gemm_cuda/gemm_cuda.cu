@@ -107,15 +107,19 @@ constexpr NarrowTile kNarrowTiles[] = {{SK::kTile128x64, 128, 64}, {SK::kTile64x
 // tiles of 64x48, 112 bytes, against 96 of 64x64, 128 bytes; 512x1536x7168: 128 of 64x96, 160 bytes,
 // against 96 of 128x64, 192 bytes). The two-warpgroup candidates are 128x64 and 128x128 only: 128x96 tiles
 // measured slower than 128x128 at 1024x1536x7168 though they load less, so that tile is not built.
-Sm90Config least_loaded_tile(const GemmProblem& p, int64_t sms) {
+int64_t busiest_cta_bytes(const GemmProblem& p, int64_t sms, int64_t bm, int64_t bn) {
+  return (bm + bn) * ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn), sms);
+}
+const NarrowTile& least_loaded(const GemmProblem& p, int64_t sms) {
   const NarrowTile* best = nullptr;
   int64_t best_bytes = 0;
   for (const NarrowTile& t : kNarrowTiles) {
-    const int64_t bytes = (t.bm + t.bn) * ceil_div(ceil_div(p.m, t.bm) * ceil_div(p.n, t.bn), sms);
+    const int64_t bytes = busiest_cta_bytes(p, sms, t.bm, t.bn);
     if (best == nullptr || bytes < best_bytes) best = &t, best_bytes = bytes;
   }
-  return make_config(best->kernel);
+  return *best;
 }
+Sm90Config least_loaded_tile(const GemmProblem& p, int64_t sms) { return make_config(least_loaded(p, sms).kernel); }
 
 Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t sms = device_sm_count();
@@ -151,11 +155,17 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   }
   if (p.m <= 128) {
     // Still bound by reading B: stream-K 128x64 tiles when a long K meets too few of them to keep half of
-    // the SMs busy, else the least loaded tile (128x7168x2048: 128x64; 128x32768x512: 256 tiles of 128x128,
-    // 10.9 us on an H100 against 11.6 as 512 of 128x64).
+    // the SMs busy; else 128x64 tiles, or the least loaded tile where its busiest CTA loads at most 6/7 of
+    // what 128x64's does (128x32768x512: 256 tiles of 128x128, 2 waves of 256 bytes against 4 of 192, 10.9
+    // us on an H100 against 11.6; 128x24576x1536: 2 waves of 256 bytes against 3 of 192 are 8/9 of the
+    // load, and 128x128 measured 19.0 us against 17.0 for 128x64, the last wave of 128x128 being less than
+    // half full).
     const int64_t row_tiles = ceil_div(p.n, 64);
     if (kb >= 48 && row_tiles * 2 <= sms) return make_config(SK::kTile128x64, SS::kStreamK);
-    return least_loaded_tile(p, sms);
+    const NarrowTile& least = least_loaded(p, sms);
+    return make_config(7 * busiest_cta_bytes(p, sms, least.bm, least.bn) <= 6 * busiest_cta_bytes(p, sms, 128, 64)
+                           ? least.kernel
+                           : SK::kTile128x64);
   }
   // Work per CTA in 64x128 row-slices of a tile: 128x128 tiles are 2 slices, 192x128 3, 192x144 3.375,
   // 256x128 4; per wave of `sms` tiles, or for an even share plus half a slice of hand-over where the 128x128

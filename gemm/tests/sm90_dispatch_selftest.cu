@@ -141,7 +141,7 @@ void generic_rule_on_deepgemm_shapes() {
       {32, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 1536, 7168, SK::kDecode, SS::kSplitK},
       {64, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {64, 4096, 7168, SK::kTile64x32, SS::kDataParallel},
       {32, 4096, 7168, SK::kTile64x64, SS::kDataParallel},
-      {128, 2112, 7168, SK::kTile64x64, SS::kStreamK},     {128, 24576, 1536, SK::kTile128x128, SS::kDataParallel},
+      {128, 2112, 7168, SK::kTile64x64, SS::kStreamK},     {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
       {128, 32768, 512, SK::kTile128x128, SS::kDataParallel},
       {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
       {128, 4096, 7168, SK::kTile64x64, SS::kDataParallel}, {128, 7168, 2048, SK::kTile128x64, SS::kDataParallel},
