@@ -283,7 +283,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if (wg == 0) {
     // ---------------- producer ----------------
     if constexpr (C::kMathWGs >= 2) setmaxnreg_dec<C::kProducerRegs>();
-    if (tid == 0) {
+    // One thread of warp 0 issues the loads, chosen by elect.sync: ptxas then knows it is a single
+    // thread and emits each TMA load once (behind `tid == 0` it wraps every one in a loop over the
+    // active lanes and recomputes the shared-window base per stage).
+    if (tid < 32 && elect_one()) {
       prefetch_map(&map_a);
       prefetch_map(&map_b);
       prefetch_map(&map_sfa);
@@ -367,7 +370,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     float acc[C::kSlices * R];  // slice sl: acc[sl * R, (sl + 1) * R)
     float tmp0[R];
     float tmp1[C::kDoubleBuffer ? R : 1];
-    float sc0[4], sc1[4];  // promotion factors of the block in tmp0 / tmp1
+    float sc0[4], sc1[4];  // scales of the block in tmp0 / tmp1 (see issue)
     int s = 0;
     uint32_t phase = 0;
 
@@ -404,31 +407,45 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       const float* sfb1 = two_blocks ? sfb0 + p.sfb_ld : sfb0;
 #pragma unroll
       for (int i = 0; i < C::kSlices * R; ++i) acc[i] = 0.0f;
+      // b_scale in chunks of 32 K blocks: lane l holds block 32 c + l of both rows (sb_cur, chunk c), the
+      // next chunk is loaded when chunk c starts (sb_next), and each K block's factor is a shuffle: a
+      // global load per K block in the main loop slowed the narrow, L2-bound tiles down.
+      float sb_cur0 = 0.0f, sb_cur1 = 0.0f, sb_next0 = 0.0f, sb_next1 = 0.0f;
+      if (lane < nkb) sb_cur0 = __ldg(sfb0 + lane), sb_cur1 = __ldg(sfb1 + lane);
+      auto b_scales = [&](int kb, int sl, float& sb0, float& sb1) {
+        if (sl == 0 && kb % 32 == 0) {
+          if (kb > 0) sb_cur0 = sb_next0, sb_cur1 = sb_next1;
+          const int next = kb + 32 + lane;
+          if (next < nkb) sb_next0 = __ldg(sfb0 + next), sb_next1 = __ldg(sfb1 + next);
+        }
+        sb0 = __shfl_sync(0xffffffffu, sb_cur0, kb % 32);
+        sb1 = __shfl_sync(0xffffffffu, sb_cur1, kb % 32);
+      };
 
-      // Waits for stage `stage`, issues its 4 wgmmas of slice sl into d (not waited for) and computes the
-      // block's promotion factors into sc (b_scale loads from global are issued before the barrier wait
-      // and the a_scale reads right after it, so their latency hides under the MMAs).
+      // Waits for stage `stage`, issues its 4 wgmmas of slice sl into d (not waited for) and keeps the
+      // block's scales in sc (a_scale of rows r0 and r0 + 8, b_scale of both blocks). The promotion
+      // multiplies them: computed here, between the wgmmas, they made the next wgmma wait for the loads.
       auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int kb, int sl) {
         float sa0, sa1, sb0, sb1;
         uint64_t da, db;
         if constexpr (C::kLoopCarriedAddresses) {
           // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
           // recomputing them from the shared-window base and the b_scale row every K block.
-          asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b), "+l"(sfb0), "+l"(sfb1));
-          sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
+          asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b));
+          b_scales(kb, sl, sb0, sb1);
           if (sl == 0) mbar_wait(s_full + 8 * uint32_t(stage), ph);  // slice 1 follows slice 0 on the stage
           uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride + sl * 64 * 4);
           if constexpr (C::kGrouped) sfa += 4u * uint32_t(m0 & 3);  // the box starts at row m0 & ~3
-          sa0 = ld_shared_f32(sfa) * p.alpha, sa1 = ld_shared_f32(sfa + 32) * p.alpha;
+          sa0 = ld_shared_f32(sfa), sa1 = ld_shared_f32(sfa + 32);
           // The start address is the descriptor's low 14 bits (16-byte units); no carry: < 2^18 bytes.
           da = desc_a + uint32_t(stage * (C::kABytes >> 4) + sl * (64 * kBlockK >> 4));
           db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
         } else {
-          sb0 = __ldg(sfb0 + kb), sb1 = __ldg(sfb1 + kb);
+          b_scales(kb, sl, sb0, sb1);
           if (sl == 0) mbar_wait(&full[stage], ph);
           const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) +
                              (mw * C::kSlices + sl) * 64 + (C::kGrouped ? m0 & 3 : 0);
-          sa0 = sfa[r0] * p.alpha, sa1 = sfa[r0 + 8] * p.alpha;
+          sa0 = sfa[r0], sa1 = sfa[r0 + 8];
           da = smem_desc_k128b(smem + stage * C::kABytes + (mw * C::kSlices + sl) * 64 * kBlockK);
           db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
         }
@@ -441,7 +458,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         wgmma_commit();
 #pragma unroll
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
-        sc[0] = sa0 * sb0, sc[1] = sa1 * sb0, sc[2] = sa0 * sb1, sc[3] = sa1 * sb1;
+        sc[0] = sa0, sc[1] = sa1, sc[2] = sb0, sc[3] = sb1;
       };
       // After d's wgmmas completed: release the stage (after its last slice), promote d into slice sl of acc.
       auto promote = [&](const float* d, const float* sc, int stage, int sl) {
@@ -452,13 +469,16 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           if (lane == 0 && sl == C::kSlices - 1) mbar_arrive(&empty[stage]);
         }
         float* a = acc + sl * R;
+        // Promotion factors alpha * a_scale * b_scale of rows r0, r0 + 8 under b_scale blocks 0 and 1.
+        const float sa0 = sc[0] * p.alpha, sa1 = sc[1] * p.alpha;
+        const float f[4] = {sa0 * sc[2], sa1 * sc[2], sa0 * sc[3], sa1 * sc[3]};
         // kSplit: first column under the next b_scale block, as a constant so that each column group's
         // factor is chosen at compile time (a run-time choice cost two compares and selects per group).
         auto fma_all = [&](auto split_c) {
           constexpr int kSplit = decltype(split_c)::value;
 #pragma unroll
           for (int j = 0; j < C::BN / 8; ++j) {
-            const float f0 = 8 * j >= kSplit ? sc[2] : sc[0], f1 = 8 * j >= kSplit ? sc[3] : sc[1];
+            const float f0 = 8 * j >= kSplit ? f[2] : f[0], f1 = 8 * j >= kSplit ? f[3] : f[1];
             a[4 * j + 0] = fmaf(d[4 * j + 0], f0, a[4 * j + 0]);
             a[4 * j + 1] = fmaf(d[4 * j + 1], f0, a[4 * j + 1]);
             a[4 * j + 2] = fmaf(d[4 * j + 2], f1, a[4 * j + 2]);
@@ -467,6 +487,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         };
         if constexpr (128 % C::BN == 0) {
           fma_all(std::integral_constant<int, 128>{});  // tiles that divide 128 never straddle
+        } else if (split >= C::BN) {
+          fma_all(std::integral_constant<int, C::BN>{});  // this tile does not straddle
         } else {
           // One uniform branch per straddle column (BN = 192: 64 or 128; BN = 144: 16, 32, ..., 128).
           promote_at<C::kStraddleStep>(split, fma_all);
