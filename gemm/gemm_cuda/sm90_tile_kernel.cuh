@@ -231,15 +231,16 @@ __device__ __forceinline__ void item_coords(const Params& p, int t, int num_m, i
   }
 }
 
-// Calls f(integral_constant<S>) for the straddle column S = split, one of kStep, 2 kStep, ..., 128
-// (anything else: 128), so that each column group's scale factor is chosen at compile time.
-template <int kStep, int S = kStep, class F>
-__device__ __forceinline__ void promote_at(int split, F&& f) {
-  if constexpr (S >= 128) {
-    f(std::integral_constant<int, 128>{});
+// Calls f(integral_constant<S>) for the straddle column S = split, one of kStep, 2 kStep, ... below
+// kLimit (the last of them without a compare), so that each column group's scale factor is chosen at
+// compile time.
+template <int kStep, int kLimit, int S = kStep, class F>
+__device__ __forceinline__ void straddle_at(int split, F&& f) {
+  if constexpr (S + kStep >= kLimit) {
+    f(std::integral_constant<int, S>{});
   } else {
     if (split == S) f(std::integral_constant<int, S>{});
-    else promote_at<kStep, S + kStep>(split, f);
+    else straddle_at<kStep, kLimit, S + kStep>(split, f);
   }
 }
 
@@ -370,7 +371,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     float acc[C::kSlices * R];  // slice sl: acc[sl * R, (sl + 1) * R)
     float tmp0[R];
     float tmp1[C::kDoubleBuffer ? R : 1];
-    float sc0[4], sc1[4];  // scales of the block in tmp0 / tmp1 (see issue)
+    float sc0[2], sc1[2];  // a_scale of rows r0 and r0 + 8 for the block in tmp0 / tmp1 (see issue)
     int s = 0;
     uint32_t phase = 0;
 
@@ -408,31 +409,23 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < C::kSlices * R; ++i) acc[i] = 0.0f;
       // b_scale in chunks of 32 K blocks: lane l holds block 32 c + l of both rows (sb_cur, chunk c), the
-      // next chunk is loaded when chunk c starts (sb_next), and each K block's factor is a shuffle: a
-      // global load per K block in the main loop slowed the narrow, L2-bound tiles down.
-      float sb_cur0 = 0.0f, sb_cur1 = 0.0f, sb_next0 = 0.0f, sb_next1 = 0.0f;
+      // next chunk is loaded when the promotion reaches chunk c (sb_next), and each K block's factor is a
+      // shuffle at its promotion: a global load per K block in the main loop slowed the narrow, L2-bound
+      // tiles down, and so did the first chunk's load where the first wgmmas waited for it (short K).
+      float sb_cur0 = 0.0f, sb_cur1 = 0.0f, sb_next0 = 0.0f, sb_next1 = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
       if (lane < nkb) sb_cur0 = __ldg(sfb0 + lane), sb_cur1 = __ldg(sfb1 + lane);
-      auto b_scales = [&](int kb, int sl, float& sb0, float& sb1) {
-        if (sl == 0 && kb % 32 == 0) {
-          if (kb > 0) sb_cur0 = sb_next0, sb_cur1 = sb_next1;
-          const int next = kb + 32 + lane;
-          if (next < nkb) sb_next0 = __ldg(sfb0 + next), sb_next1 = __ldg(sfb1 + next);
-        }
-        sb0 = __shfl_sync(0xffffffffu, sb_cur0, kb % 32);
-        sb1 = __shfl_sync(0xffffffffu, sb_cur1, kb % 32);
-      };
+      int kb_promoted = 0;  // the K block the next promotion adds
 
       // Waits for stage `stage`, issues its 4 wgmmas of slice sl into d (not waited for) and keeps the
-      // block's scales in sc (a_scale of rows r0 and r0 + 8, b_scale of both blocks). The promotion
-      // multiplies them: computed here, between the wgmmas, they made the next wgmma wait for the loads.
-      auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int kb, int sl) {
-        float sa0, sa1, sb0, sb1;
+      // block's a_scale of rows r0 and r0 + 8 in sc. The promotion multiplies the scales: computed here,
+      // between the wgmmas, they made the next wgmma wait for the scale loads.
+      auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int sl) {
+        float sa0, sa1;
         uint64_t da, db;
         if constexpr (C::kLoopCarriedAddresses) {
           // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
           // recomputing them from the shared-window base and the b_scale row every K block.
           asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b));
-          b_scales(kb, sl, sb0, sb1);
           if (sl == 0) mbar_wait(s_full + 8 * uint32_t(stage), ph);  // slice 1 follows slice 0 on the stage
           uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride + sl * 64 * 4);
           if constexpr (C::kGrouped) sfa += 4u * uint32_t(m0 & 3);  // the box starts at row m0 & ~3
@@ -441,7 +434,6 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           da = desc_a + uint32_t(stage * (C::kABytes >> 4) + sl * (64 * kBlockK >> 4));
           db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
         } else {
-          b_scales(kb, sl, sb0, sb1);
           if (sl == 0) mbar_wait(&full[stage], ph);
           const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) +
                              (mw * C::kSlices + sl) * 64 + (C::kGrouped ? m0 & 3 : 0);
@@ -458,10 +450,23 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         wgmma_commit();
 #pragma unroll
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
-        sc[0] = sa0, sc[1] = sa1, sc[2] = sb0, sc[3] = sb1;
+        sc[0] = sa0, sc[1] = sa1;
       };
       // After d's wgmmas completed: release the stage (after its last slice), promote d into slice sl of acc.
-      auto promote = [&](const float* d, const float* sc, int stage, int sl) {
+      // kSplit (split_c): first column under the next b_scale block, a constant so that each column group's
+      // factor is chosen at compile time; the K loop is instantiated per straddle column (see below).
+      auto promote = [&](const float* d, const float* sc, int stage, int sl, auto split_c) {
+        constexpr int kSplit = decltype(split_c)::value;
+        if (sl == 0) {
+          if (kb_promoted % 32 == 0) {
+            if (kb_promoted > 0) sb_cur0 = sb_next0, sb_cur1 = sb_next1;
+            const int next = kb_promoted + 32 + lane;
+            if (next < nkb) sb_next0 = __ldg(sfb0 + next), sb_next1 = __ldg(sfb1 + next);
+          }
+          sb0 = __shfl_sync(0xffffffffu, sb_cur0, kb_promoted % 32);
+          sb1 = __shfl_sync(0xffffffffu, sb_cur1, kb_promoted % 32);
+        }
+        if (sl == C::kSlices - 1) ++kb_promoted;
         __syncwarp();
         if constexpr (C::kCluster > 1) {
           if (lane < C::kCluster) mbar_arrive_cluster(&empty[stage], lane);  // both CTAs' loads wait for it
@@ -471,82 +476,80 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         float* a = acc + sl * R;
         // Promotion factors alpha * a_scale * b_scale of rows r0, r0 + 8 under b_scale blocks 0 and 1.
         const float sa0 = sc[0] * p.alpha, sa1 = sc[1] * p.alpha;
-        const float f[4] = {sa0 * sc[2], sa1 * sc[2], sa0 * sc[3], sa1 * sc[3]};
-        // kSplit: first column under the next b_scale block, as a constant so that each column group's
-        // factor is chosen at compile time (a run-time choice cost two compares and selects per group).
-        auto fma_all = [&](auto split_c) {
-          constexpr int kSplit = decltype(split_c)::value;
+        const float f[4] = {sa0 * sb0, sa1 * sb0, sa0 * sb1, sa1 * sb1};
 #pragma unroll
-          for (int j = 0; j < C::BN / 8; ++j) {
-            const float f0 = 8 * j >= kSplit ? f[2] : f[0], f1 = 8 * j >= kSplit ? f[3] : f[1];
-            a[4 * j + 0] = fmaf(d[4 * j + 0], f0, a[4 * j + 0]);
-            a[4 * j + 1] = fmaf(d[4 * j + 1], f0, a[4 * j + 1]);
-            a[4 * j + 2] = fmaf(d[4 * j + 2], f1, a[4 * j + 2]);
-            a[4 * j + 3] = fmaf(d[4 * j + 3], f1, a[4 * j + 3]);
-          }
-        };
-        if constexpr (128 % C::BN == 0) {
-          fma_all(std::integral_constant<int, 128>{});  // tiles that divide 128 never straddle
-        } else if (split >= C::BN) {
-          fma_all(std::integral_constant<int, C::BN>{});  // this tile does not straddle
-        } else {
-          // One uniform branch per straddle column (BN = 192: 64 or 128; BN = 144: 16, 32, ..., 128).
-          promote_at<C::kStraddleStep>(split, fma_all);
+        for (int j = 0; j < C::BN / 8; ++j) {
+          const float f0 = 8 * j >= kSplit ? f[2] : f[0], f1 = 8 * j >= kSplit ? f[3] : f[1];
+          a[4 * j + 0] = fmaf(d[4 * j + 0], f0, a[4 * j + 0]);
+          a[4 * j + 1] = fmaf(d[4 * j + 1], f0, a[4 * j + 1]);
+          a[4 * j + 2] = fmaf(d[4 * j + 2], f1, a[4 * j + 2]);
+          a[4 * j + 3] = fmaf(d[4 * j + 3], f1, a[4 * j + 3]);
         }
       };
       auto advance = [&](int& st, uint32_t& ph) {
         if (++st == C::kStages) { st = 0; ph ^= 1; }
       };
 
-      if constexpr (C::kDoubleBuffer) {
-        // Block kb lives in tmp[kb % 2]; block kb + 1 is issued before kb is promoted. The steady
-        // state issues and waits unconditionally (wait_group 1): ptxas then proves that the promoted
-        // registers are not in flight and keeps the wgmmas asynchronous; the 1-2 block tail is peeled.
-        int s_next = s;
-        uint32_t ph_next = phase;
-        int kb_next = 0;
-        auto issue_next = [&](float* d, float* sc) {
-          issue(d, sc, s_next, ph_next, kb_next++, 0);
-          advance(s_next, ph_next);
-        };
-        auto promote_cur = [&](float* d, const float* sc) {
+      // The K loop, for the tile's straddle column kSplit (one instance per column: a branch among them
+      // inside the loop, at every promotion, slowed the tiles that straddle, 64x48 and 64x96, down).
+      auto k_loop = [&](auto split_c) {
+        if constexpr (C::kDoubleBuffer) {
+          // Block kb lives in tmp[kb % 2]; block kb + 1 is issued before kb is promoted. The steady
+          // state issues and waits unconditionally (wait_group 1): ptxas then proves that the promoted
+          // registers are not in flight and keeps the wgmmas asynchronous; the 1-2 block tail is peeled.
+          int s_next = s;
+          uint32_t ph_next = phase;
+          auto issue_next = [&](float* d, float* sc) {
+            issue(d, sc, s_next, ph_next, 0);
+            advance(s_next, ph_next);
+          };
+          auto promote_cur = [&](float* d, const float* sc) {
 #pragma unroll
-          for (int i = 0; i < R; ++i) fence_reg(d[i]);
-          promote(d, sc, s, 0);
-          advance(s, phase);
-        };
-        issue_next(tmp0, sc0);
-        int kb = 0;
-        for (; kb + 2 < nkb; kb += 2) {
-          issue_next(tmp1, sc1);
-          wgmma_wait<1>();
-          promote_cur(tmp0, sc0);
+            for (int i = 0; i < R; ++i) fence_reg(d[i]);
+            promote(d, sc, s, 0, split_c);
+            advance(s, phase);
+          };
           issue_next(tmp0, sc0);
-          wgmma_wait<1>();
-          promote_cur(tmp1, sc1);
-        }
-        if (kb + 1 < nkb) {
-          issue_next(tmp1, sc1);
-          wgmma_wait<1>();
-          promote_cur(tmp0, sc0);
-          wgmma_wait<0>();
-          promote_cur(tmp1, sc1);
-        } else {
-          wgmma_wait<0>();
-          promote_cur(tmp0, sc0);
-        }
-      } else {
-        for (int kb = 0; kb < nkb; ++kb) {
-#pragma unroll
-          for (int sl = 0; sl < C::kSlices; ++sl) {
-            issue(tmp0, sc0, s, phase, kb, sl);
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < R; ++i) fence_reg(tmp0[i]);
-            promote(tmp0, sc0, s, sl);
+          int kb = 0;
+          for (; kb + 2 < nkb; kb += 2) {
+            issue_next(tmp1, sc1);
+            wgmma_wait<1>();
+            promote_cur(tmp0, sc0);
+            issue_next(tmp0, sc0);
+            wgmma_wait<1>();
+            promote_cur(tmp1, sc1);
           }
-          advance(s, phase);
+          if (kb + 1 < nkb) {
+            issue_next(tmp1, sc1);
+            wgmma_wait<1>();
+            promote_cur(tmp0, sc0);
+            wgmma_wait<0>();
+            promote_cur(tmp1, sc1);
+          } else {
+            wgmma_wait<0>();
+            promote_cur(tmp0, sc0);
+          }
+        } else {
+          for (int kb = 0; kb < nkb; ++kb) {
+#pragma unroll
+            for (int sl = 0; sl < C::kSlices; ++sl) {
+              issue(tmp0, sc0, s, phase, sl);
+              wgmma_wait<0>();
+#pragma unroll
+              for (int i = 0; i < R; ++i) fence_reg(tmp0[i]);
+              promote(tmp0, sc0, s, sl, split_c);
+            }
+            advance(s, phase);
+          }
         }
+      };
+      if constexpr (128 % C::BN == 0) {
+        k_loop(std::integral_constant<int, 128>{});  // tiles that divide 128 never straddle
+      } else if (split >= C::BN) {
+        k_loop(std::integral_constant<int, C::BN>{});  // this tile does not straddle
+      } else {
+        // BN = 48: 16 or 32; 96: 32 or 64; 144: 16, 32, ..., 128; 192: 64 or 128.
+        straddle_at<C::kStraddleStep, C::BN>(split, k_loop);
       }
 
       // ---- stream-K: hand a partial tile over, or collect the others' partials ----
