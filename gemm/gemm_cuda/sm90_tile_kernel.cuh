@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         uint64_t da, db;
         if constexpr (C::kLoopCarriedAddresses) {
           // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
-          // recomputing them from the shared-window base and the b_scale row every K block.
+          // recomputing them from the shared-window base every K block.
           asm volatile("" : "+r"(s_full), "+r"(s_sfa), "+l"(desc_a), "+l"(desc_b));
           if (sl == 0) mbar_wait(s_full + 8 * uint32_t(stage), ph);  // slice 1 follows slice 0 on the stage
           uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride + sl * 64 * 4);
