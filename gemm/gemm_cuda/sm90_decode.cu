@@ -152,15 +152,6 @@ __device__ __forceinline__ uint32_t cluster_nctarank() {
   return r;
 }
 
-// 4-byte global -> shared copy; src_bytes 0 writes a zero without reading.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-// One arrival on the mbarrier once this thread's earlier cp.async copies have landed.
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
     fp8_decode_gemm_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,

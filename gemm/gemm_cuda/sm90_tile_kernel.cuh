@@ -3,8 +3,8 @@
 //   d[m, n] = bf16( alpha * sum_kb sfa[m, kb] * sfb[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k] )
 //
 // * One producer warpgroup (one thread issues TMA: a tile, b tile and the tile's a_scale column per
-//   stage, completing on a "full" mbarrier) and one to three math warpgroups (64 rows each, or 128 as
-//   two 64-row slices: the 256-row tile).
+//   stage, and copies the stage's b_scale values with cp.async, completing on a "full" mbarrier) and one
+//   to three math warpgroups (64 rows each, or 128 as two 64-row slices: the 256-row tile).
 // * Per 128-wide K block the math warpgroups run 4 wgmma m64nBNk32 (fp8 e4m3 x e4m3 -> fp32) into a
 //   temporary accumulator, then promote: acc += temp * sfa[row] * sfb[col block] in fp32 (DeepSeek's
 //   recipe; the fp8 tensor cores keep ~13 fraction bits inside a K block).
@@ -103,7 +103,7 @@ struct Cfg {
   static constexpr int kSfaStride = (kSfaBytes + 127) / 128 * 128;
   static constexpr int kDBytes = kMathWGs * kSlices * kPanels * kPanelBytes;
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;  // = the TMA bytes of one stage
-  static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */;
+  static constexpr int kFixed = 1024 /* alignment slack */ + kDBytes + 256 /* barriers */ + 128 /* b_scale */;
   static constexpr int kStageSmem = kABytes + kBBytes + kSfaStride;
   // Up to 16 stages (the barrier area's 256 bytes); only the narrow tiles of small-M problems (64x64,
   // 64x32) fit more than 8: they stream B and re-read A with little work per stage.
@@ -112,11 +112,12 @@ struct Cfg {
   static_assert(kStages >= 2, "tile does not fit in shared memory");
   static_assert(2 * kStages * 8 <= 256, "the full and empty barriers fit the barrier area");
   static constexpr int kSmemBytes = kFixed + kStages * kStageSmem;
-  // Offsets from the 1024-aligned base: A stages, B stages, D panels (all 1024-aligned), sfa, barriers.
+  // Offsets from the 1024-aligned base: A stages, B stages, D panels (all 1024-aligned), sfa, barriers, sfb.
   static constexpr int kOffB = kStages * kABytes;
   static constexpr int kOffD = kOffB + kStages * kBBytes;
   static constexpr int kOffSfa = kOffD + kDBytes;
   static constexpr int kOffBar = kOffSfa + kStages * kSfaStride;
+  static constexpr int kOffSfb = kOffBar + 256;  // per stage the b_scale of both blocks under the tile (8 bytes)
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kPanelBytes % 1024 == 0, "1024-byte tiles");
 };
 
@@ -269,7 +270,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(&full[s], 1);
+      mbar_init(&full[s], 2);  // the TMA's expect_tx arrival and the b_scale copies' cp.async arrival
       mbar_init(&empty[s], C::kMathWGs * 4 * C::kCluster);  // one arrival per math warp (of both CTAs of a pair)
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -314,11 +315,22 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         int mw, nb;
         item_coords<C>(p, t, num_m, num_n, rank, mw, nb);
         int m0 = mw * C::BM, n0 = nb * C::BN, b_row0 = n0;
+        const float* sfb_base = p.sfb;
         if constexpr (C::kGrouped) {
           const ExpertTile et = expert_tile(p, mw, C::BM);
           m0 = et.row0;
           b_row0 = et.expert * p.n + n0;
+          sfb_base += et.expert * p.sfb_expert_stride;
         }
+        // The b_scale rows under this tile: block n0/128, and the next one where the tile straddles it
+        // (clamped: the second tile of a CTA pair may lie past the matrix, see item_coords). Copied into
+        // the stage next to the operands, so that the math warps read it from shared memory like a_scale
+        // (a global load per K block in their loop slowed the narrow, L2-bound tiles down).
+        const int nblk = C::kCluster > 1 ? min(n0 / 128, p.sfb_rows - 1) : n0 / 128;
+        const bool two_blocks = 128 - (n0 % 128) < C::BN && nblk + 1 < p.sfb_rows;
+        const float* sfb0 = sfb_base + int64_t(nblk) * p.sfb_ld;
+        const float* sfb1 = two_blocks ? sfb0 + p.sfb_ld : sfb0;
+        const uint32_t s_sfb = smem_addr(smem + C::kOffSfb);
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           if constexpr (C::kCluster > 1) {
             // Stage s is free in both CTAs (its empty barrier counts both CTAs' math warps): this CTA's
@@ -340,6 +352,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
           }
           tma_load_2d(smem + C::kOffSfa + s * C::kSfaStride, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
+          cp_async_4(s_sfb + 8 * uint32_t(s), sfb0 + kb, 4u);
+          cp_async_4(s_sfb + 8 * uint32_t(s) + 4, sfb1 + kb, 4u);
+          cp_async_arrive(&full[s]);
           if (++s == C::kStages) { s = 0; phase ^= 1; }
         }
       };
@@ -371,7 +386,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     float acc[C::kSlices * R];  // slice sl: acc[sl * R, (sl + 1) * R)
     float tmp0[R];
     float tmp1[C::kDoubleBuffer ? R : 1];
-    float sc0[2], sc1[2];  // a_scale of rows r0 and r0 + 8 for the block in tmp0 / tmp1 (see issue)
+    float sc0[4], sc1[4];  // the scales of the block in tmp0 / tmp1 (see issue)
     int s = 0;
     uint32_t phase = 0;
 
@@ -388,39 +403,24 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       int m0 = mwi * C::BM;
       [[maybe_unused]] int rows = C::BM;
       const int n0 = nb * C::BN;
-      const float* sfb_base = p.sfb;
       if constexpr (C::kGrouped) {
         const ExpertTile et = expert_tile(p, mwi, C::BM);
         m0 = et.row0, rows = et.rows;
-        sfb_base += et.expert * p.sfb_expert_stride;
       }
-      // b_scale blocks under this tile: cols [0, split) use block n0/128, the rest the next one.
-      // (clamped: the second tile of a CTA pair may lie past the matrix, see item_coords)
-      const int nblk = C::kCluster > 1 ? min(n0 / 128, p.sfb_rows - 1) : n0 / 128;
-      const int split = 128 - (n0 % 128);
-      const bool two_blocks = split < C::BN && nblk + 1 < p.sfb_rows;
       // The main loop counts K blocks from 0 for every piece of work (stream-K pieces start later in
-      // K): only the b_scale pointers carry the offset. Keeps the loop identical to the data-parallel
-      // build's, whose bookkeeping the compiler keeps in uniform registers.
+      // K). Keeps the loop identical to the data-parallel build's, whose bookkeeping the compiler keeps
+      // in uniform registers.
       const int nkb = kSk ? kb_end - kb_begin : num_kb;
       const bool sk_contributor = kSk && kb_begin > 0, sk_owner = kSk && kb_end < num_kb;
-      const float* sfb0 = sfb_base + int64_t(nblk) * p.sfb_ld + (kSk ? kb_begin : 0);
-      const float* sfb1 = two_blocks ? sfb0 + p.sfb_ld : sfb0;
 #pragma unroll
       for (int i = 0; i < C::kSlices * R; ++i) acc[i] = 0.0f;
-      // b_scale in chunks of 32 K blocks: lane l holds block 32 c + l of both rows (sb_cur, chunk c), the
-      // next chunk is loaded when the promotion reaches chunk c (sb_next), and each K block's factor is a
-      // shuffle at its promotion: a global load per K block in the main loop slowed the narrow, L2-bound
-      // tiles down, and so did the first chunk's load where the first wgmmas waited for it (short K).
-      float sb_cur0 = 0.0f, sb_cur1 = 0.0f, sb_next0 = 0.0f, sb_next1 = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
-      if (lane < nkb) sb_cur0 = __ldg(sfb0 + lane), sb_cur1 = __ldg(sfb1 + lane);
-      int kb_promoted = 0;  // the K block the next promotion adds
+      const uint32_t s_sfb = smem_addr(smem + C::kOffSfb);  // stage s: b_scale of both blocks at + 8 s
 
       // Waits for stage `stage`, issues its 4 wgmmas of slice sl into d (not waited for) and keeps the
-      // block's a_scale of rows r0 and r0 + 8 in sc. The promotion multiplies the scales: computed here,
-      // between the wgmmas, they made the next wgmma wait for the scale loads.
+      // block's a_scale of rows r0 and r0 + 8 and its b_scale of both blocks in sc. The promotion
+      // multiplies them: computed here, between the wgmmas, they made the next wgmma wait for the loads.
       auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int sl) {
-        float sa0, sa1;
+        float sa0, sa1, sb0, sb1;
         uint64_t da, db;
         if constexpr (C::kLoopCarriedAddresses) {
           // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
@@ -430,6 +430,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride + sl * 64 * 4);
           if constexpr (C::kGrouped) sfa += 4u * uint32_t(m0 & 3);  // the box starts at row m0 & ~3
           sa0 = ld_shared_f32(sfa), sa1 = ld_shared_f32(sfa + 32);
+          sb0 = ld_shared_f32(s_sfb + 8 * uint32_t(stage)), sb1 = ld_shared_f32(s_sfb + 8 * uint32_t(stage) + 4);
           // The start address is the descriptor's low 14 bits (16-byte units); no carry: < 2^18 bytes.
           da = desc_a + uint32_t(stage * (C::kABytes >> 4) + sl * (64 * kBlockK >> 4));
           db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
@@ -438,6 +439,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) +
                              (mw * C::kSlices + sl) * 64 + (C::kGrouped ? m0 & 3 : 0);
           sa0 = sfa[r0], sa1 = sfa[r0 + 8];
+          sb0 = ld_shared_f32(s_sfb + 8 * uint32_t(stage)), sb1 = ld_shared_f32(s_sfb + 8 * uint32_t(stage) + 4);
           da = smem_desc_k128b(smem + stage * C::kABytes + (mw * C::kSlices + sl) * 64 * kBlockK);
           db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
         }
@@ -450,23 +452,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         wgmma_commit();
 #pragma unroll
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
-        sc[0] = sa0, sc[1] = sa1;
+        sc[0] = sa0, sc[1] = sa1, sc[2] = sb0, sc[3] = sb1;
       };
       // After d's wgmmas completed: release the stage (after its last slice), promote d into slice sl of acc.
       // kSplit (split_c): first column under the next b_scale block, a constant so that each column group's
       // factor is chosen at compile time; the K loop is instantiated per straddle column (see below).
       auto promote = [&](const float* d, const float* sc, int stage, int sl, auto split_c) {
         constexpr int kSplit = decltype(split_c)::value;
-        if (sl == 0) {
-          if (kb_promoted % 32 == 0) {
-            if (kb_promoted > 0) sb_cur0 = sb_next0, sb_cur1 = sb_next1;
-            const int next = kb_promoted + 32 + lane;
-            if (next < nkb) sb_next0 = __ldg(sfb0 + next), sb_next1 = __ldg(sfb1 + next);
-          }
-          sb0 = __shfl_sync(0xffffffffu, sb_cur0, kb_promoted % 32);
-          sb1 = __shfl_sync(0xffffffffu, sb_cur1, kb_promoted % 32);
-        }
-        if (sl == C::kSlices - 1) ++kb_promoted;
         __syncwarp();
         if constexpr (C::kCluster > 1) {
           if (lane < C::kCluster) mbar_arrive_cluster(&empty[stage], lane);  // both CTAs' loads wait for it
@@ -476,7 +468,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         float* a = acc + sl * R;
         // Promotion factors alpha * a_scale * b_scale of rows r0, r0 + 8 under b_scale blocks 0 and 1.
         const float sa0 = sc[0] * p.alpha, sa1 = sc[1] * p.alpha;
-        const float f[4] = {sa0 * sb0, sa1 * sb0, sa0 * sb1, sa1 * sb1};
+        const float f[4] = {sa0 * sc[2], sa1 * sc[2], sa0 * sc[3], sa1 * sc[3]};
 #pragma unroll
         for (int j = 0; j < C::BN / 8; ++j) {
           const float f0 = 8 * j >= kSplit ? f[2] : f[0], f1 = 8 * j >= kSplit ? f[3] : f[1];
@@ -543,6 +535,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
         }
       };
+      // Columns [0, split) are under b_scale block n0/128, the rest under the next one.
+      [[maybe_unused]] const int split = 128 - (n0 % 128);
       if constexpr (128 % C::BN == 0) {
         k_loop(std::integral_constant<int, 128>{});  // tiles that divide 128 never straddle
       } else if (split >= C::BN) {
