@@ -70,7 +70,7 @@ FP8_FLOP_PER_SM_CLOCK = 8192
 CLOCK_REASONS = {0x1: "idle", 0x2: "application clocks", 0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal",
                  0x40: "hw thermal", 0x80: "power brake", 0x100: "display clocks"}
 TILE_KERNELS = ["tile128x128", "tile64x128", "tile128x192", "tile128x64", "tile192x128", "tile192x144", "tile64x64",
-                "tile64x32", "tile256x128", "tile64x48", "tile64x96"]
+                "tile64x32", "tile256x128", "tile64x48", "tile64x96", "tile128x96"]
 
 
 def cdiv(a, b):

@@ -39,13 +39,14 @@ using prep::aligned16;
 // Tuned configurations of the 18 challenge benchmark shapes: the fastest correct configuration per
 // shape on an H200 (median kernel time, L2 flushed, K-major inputs). Produced and checked by
 // `python3 benchmarks/gemm_bench.py --tune` (one device call; the four 256x128 entries replaced theirs
-// where that tile was faster in two H200 sweeps, and 1024x576x7168 / 1024x512x7168 took the 64-row tiles
-// that were fastest in a sweep of every tile on an H100); shapes not listed take choose_generic().
+// where that tile was faster in two H200 sweeps, 1024x576x7168 / 1024x512x7168 took the 64-row tiles
+// that were fastest in a sweep of every tile on an H100, and 1024x1536x7168 128x96, 0.89 of 128x128's time
+// in a same-process A/B on an H100); shapes not listed take choose_generic().
 // ------------------------------------------------------------------------------------------------
 using SK = Sm90Kernel;
 using SS = Sm90Split;
 constexpr TunedShape<Sm90Config> kTuned[] = {
-    {pack_shape(1024, 1536, 7168), {SK::kTile128x128, SS::kDataParallel, 1, 8}},
+    {pack_shape(1024, 1536, 7168), {SK::kTile128x96, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 3072, 1536), {SK::kTile128x192, SS::kDataParallel, 1, 4}},
     {pack_shape(1024, 576, 7168), {SK::kTile64x96, SS::kDataParallel, 1, 8}},
     {pack_shape(1024, 7168, 256), {SK::kTile256x128, SS::kDataParallel, 1, 4}},
@@ -97,16 +98,16 @@ struct NarrowTile {
   int64_t bm, bn;
 };
 constexpr NarrowTile kNarrowTiles[] = {{SK::kTile128x64, 128, 64}, {SK::kTile64x128, 64, 128},
-                                       {SK::kTile128x128, 128, 128}, {SK::kTile64x64, 64, 64},
-                                       {SK::kTile64x96, 64, 96},   {SK::kTile64x48, 64, 48},
-                                       {SK::kTile64x32, 64, 32}};
+                                       {SK::kTile128x128, 128, 128}, {SK::kTile128x96, 128, 96},
+                                       {SK::kTile64x64, 64, 64},     {SK::kTile64x96, 64, 96},
+                                       {SK::kTile64x48, 64, 48},     {SK::kTile64x32, 64, 32}};
 
 // The data-parallel narrow tile whose busiest CTA loads the fewest operand bytes: (BM + BN) bytes per K
 // column and tile, times the tiles per CTA (waves). With a long K and few tiles each CTA streams its
 // operand rows from L2 at the rate one SM takes them in, so that load is the time (256x1536x7168: 128
 // tiles of 64x48, 112 bytes, against 96 of 64x64, 128 bytes; 512x1536x7168: 128 of 64x96, 160 bytes,
-// against 96 of 128x64, 192 bytes). The two-warpgroup candidates are 128x64 and 128x128 only: 128x96 tiles
-// measured slower than 128x128 at 1024x1536x7168 though they load less, so that tile is not built.
+// against 96 of 128x64, 192 bytes; 1024x1536x7168: 128 of 128x96, 224 bytes, against 96 of 128x128, 256
+// bytes).
 int64_t busiest_cta_bytes(const GemmProblem& p, int64_t sms, int64_t bm, int64_t bn) {
   return (bm + bn) * ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn), sms);
 }
@@ -114,6 +115,7 @@ const NarrowTile& least_loaded(const GemmProblem& p, int64_t sms) {
   const NarrowTile* best = nullptr;
   int64_t best_bytes = 0;
   for (const NarrowTile& t : kNarrowTiles) {
+    if (t.kernel == SK::kTile128x96 && p.m <= 128) continue;  // measured on 1024-2048 rows only
     const int64_t bytes = busiest_cta_bytes(p, sms, t.bm, t.bn);
     if (best == nullptr || bytes < best_bytes) best = &t, best_bytes = bytes;
   }
@@ -146,10 +148,14 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   }
   if ((p.m <= 128 || tiles * 4 <= sms) && kb >= 16) {
     // Up to 128 rows and a weight of at most one wave of 64x64 tiles (N <= 4224 on 132 SMs), or any M with
-    // at most a quarter wave of 128x128 tiles (so at most one wave of 64x64): 64x64 stream-K where those
-    // tiles fill at most half of the SMs (128x2112x7168; 256x576x7168: 36 tiles), else the least loaded
-    // narrow tile over the whole K (256x1536x7168: 64x48; 384x1024x4096: 64x48).
+    // at most a quarter wave of 128x128 tiles (so at most one wave of 64x64): 64x32 tiles over the whole K
+    // where one wave of them fills more than half of the SMs (128x2112x7168: 132 tiles; 256x576x7168: 72,
+    // 0.85 of the time of 64x64 tiles in a same-process A/B on an H100), else 64x64 stream-K where those
+    // tiles fill at most half of the SMs, else the least loaded narrow tile over the whole K
+    // (256x1536x7168: 64x48; 384x1024x4096: 64x48).
     const int64_t items = ceil_div(p.m, 64) * ceil_div(p.n, 64);
+    const int64_t items32 = ceil_div(p.m, 64) * ceil_div(p.n, 32);
+    if (items32 * 2 > sms && items32 <= sms) return make_config(SK::kTile64x32);
     if (items * 2 <= sms) return make_config(SK::kTile64x64, SS::kStreamK);
     if (items <= sms) return least_loaded_tile(p, sms);
   }
@@ -247,6 +253,7 @@ KernelEntry kernel_entry(SK k) {
     case SK::kTile64x32: return FP8GEMM_ENTRY(tile64x32);
     case SK::kTile64x48: return FP8GEMM_ENTRY(tile64x48);
     case SK::kTile64x96: return FP8GEMM_ENTRY(tile64x96);
+    case SK::kTile128x96: return FP8GEMM_ENTRY(tile128x96);
     case SK::kDecode: break;
   }
 #undef FP8GEMM_ENTRY
@@ -580,7 +587,7 @@ const char* const kKernelNames[kSm90KernelCount] = {"cutlass128x128", "cutlass12
                                                     "tile64x128",     "tile128x192",        "tile128x64",
                                                     "tile192x128",    "tile192x144",        "decode",
                                                     "tile64x64",      "tile64x32",          "tile256x128",
-                                                    "tile64x48",      "tile64x96"};
+                                                    "tile64x48",      "tile64x96",          "tile128x96"};
 const char* const kSplitNames[] = {"dp", "splitk", "streamk", "heuristic"};
 
 // Index of the name that `text` starts with, followed by `sep`; -1 if none.

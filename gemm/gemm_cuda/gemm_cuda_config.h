@@ -27,8 +27,9 @@ enum class Sm90Kernel : int32_t {
   kTile256x128 = 11,
   kTile64x48 = 12,
   kTile64x96 = 13,
+  kTile128x96 = 14,
 };
-constexpr int kSm90KernelCount = 14;
+constexpr int kSm90KernelCount = 15;
 
 // How a kernel splits its work. The tile and CUTLASS kernels: data-parallel tiles, split-K (`splits`
 // equal K ranges per tile) or stream-K. The decode kernel: `splits` CTAs per weight tile along K

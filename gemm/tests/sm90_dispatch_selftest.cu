@@ -34,6 +34,7 @@ STUB(tile64x64)
 STUB(tile64x32)
 STUB(tile64x48)
 STUB(tile64x96)
+STUB(tile128x96)
 #undef STUB
 bool decode_can_implement(const DecodeArgs&) { return false; }
 cudaError_t decode_run(const DecodeArgs&, cudaStream_t) { return cudaErrorNotSupported; }
@@ -141,11 +142,11 @@ void generic_rule_on_deepgemm_shapes() {
       {32, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 1536, 7168, SK::kDecode, SS::kSplitK},
       {64, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {64, 4096, 7168, SK::kTile64x32, SS::kDataParallel},
       {32, 4096, 7168, SK::kTile64x64, SS::kDataParallel},
-      {128, 2112, 7168, SK::kTile64x64, SS::kStreamK},     {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
+      {128, 2112, 7168, SK::kTile64x32, SS::kDataParallel}, {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
       {128, 32768, 512, SK::kTile128x128, SS::kDataParallel},
       {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
       {128, 4096, 7168, SK::kTile64x64, SS::kDataParallel}, {128, 7168, 2048, SK::kTile128x64, SS::kDataParallel},
-      {128, 1536, 4096, SK::kTile64x64, SS::kStreamK},
+      {128, 1536, 4096, SK::kTile64x32, SS::kDataParallel},
       {4096, 2112, 7168, SK::kTile192x128, SS::kDataParallel},
       {4096, 24576, 1536, SK::kTile256x128, SS::kDataParallel},
       {4096, 32768, 512, SK::kTile256x128, SS::kDataParallel},
@@ -158,8 +159,8 @@ void generic_rule_on_deepgemm_shapes() {
       {256, 36864, 7168, SK::kTile128x192, SS::kDataParallel},
       {1024, 3072, 1536, SK::kTile128x192, SS::kDataParallel},
       // Less than a wave of 128x128 tiles: the least loaded narrow tile where 128x64 tiles make at most one
-      // wave; at most a quarter wave: 64x64 tiles, stream-K where they fill at most half of the SMs, else the
-      // least loaded narrow tile.
+      // wave; at most a quarter wave: 64x32 tiles where one wave of them fills more than half of the SMs,
+      // else 64x64 tiles, stream-K where they fill at most half of the SMs, else the least loaded narrow tile.
       {512, 2112, 7168, SK::kTile128x64, SS::kDataParallel},
       {2048, 512, 7168, SK::kTile128x64, SS::kDataParallel},
       {256, 4096, 7168, SK::kTile128x64, SS::kDataParallel},
@@ -168,9 +169,10 @@ void generic_rule_on_deepgemm_shapes() {
       {512, 576, 7168, SK::kTile64x48, SS::kDataParallel},
       {1024, 576, 7168, SK::kTile64x96, SS::kDataParallel},
       {1024, 512, 7168, SK::kTile64x64, SS::kDataParallel},
-      {1024, 1536, 7168, SK::kTile128x128, SS::kDataParallel},
-      {256, 576, 7168, SK::kTile64x64, SS::kStreamK},
-      {512, 512, 7168, SK::kTile64x64, SS::kStreamK},
+      {1024, 1536, 7168, SK::kTile128x96, SS::kDataParallel},
+      {2048, 576, 7168, SK::kTile128x96, SS::kDataParallel},
+      {256, 576, 7168, SK::kTile64x32, SS::kDataParallel},
+      {512, 512, 7168, SK::kTile64x32, SS::kDataParallel},
       {384, 1024, 4096, SK::kTile64x48, SS::kDataParallel},
       {512, 4096, 7168, SK::kTile128x128, SS::kDataParallel},
   };

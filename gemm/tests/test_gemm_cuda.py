@@ -150,7 +150,7 @@ def test_fp8_path_is_not_exact_but_exact_path_is(monkeypatch):
 # one full wave as well. On 1900x2300x2000 every stream-K request runs whole waves and then its partial
 # wave (at most half of the SMs) as split-K units at common K offsets (split_k_tail_splits).
 TILE_KERNELS = ["tile128x128", "tile64x128", "tile128x192", "tile128x64", "tile192x128", "tile192x144", "tile64x64",
-                "tile64x32", "tile256x128", "tile64x48", "tile64x96"]
+                "tile64x32", "tile256x128", "tile64x48", "tile64x96", "tile128x96"]
 TILE_SHAPES = [(1, 576, 208), (127, 576, 2304), (130, 100, 100), (257, 129, 1000), (129, 4608, 7168),
                (384, 960, 4096), (1000, 192, 384), (6144, 576, 1536), (1900, 2300, 2000)]
 TILE_LAYOUTS = [("k_major", FN, "contiguous"), ("mn_major", FNUZ, "contiguous"), ("k_major", FNUZ, "strided"),
