@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // block's a_scale of rows r0 and r0 + 8 and its b_scale of both blocks in sc. The promotion
       // multiplies them: computed here, between the wgmmas, they made the next wgmma wait for the loads.
       auto issue = [&](float* d, float* sc, int stage, uint32_t ph, int sl) {
-        float sa0, sa1, sb0, sb1;
+        float sa0, sa1;
         uint64_t da, db;
         if constexpr (C::kLoopCarriedAddresses) {
           // Opaque updates make these loop-carried values, which ptxas keeps in registers instead of
@@ -430,7 +430,6 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           uint32_t sfa = s_sfa + uint32_t(stage * C::kSfaStride + sl * 64 * 4);
           if constexpr (C::kGrouped) sfa += 4u * uint32_t(m0 & 3);  // the box starts at row m0 & ~3
           sa0 = ld_shared_f32(sfa), sa1 = ld_shared_f32(sfa + 32);
-          sb0 = ld_shared_f32(s_sfb + 8 * uint32_t(stage)), sb1 = ld_shared_f32(s_sfb + 8 * uint32_t(stage) + 4);
           // The start address is the descriptor's low 14 bits (16-byte units); no carry: < 2^18 bytes.
           da = desc_a + uint32_t(stage * (C::kABytes >> 4) + sl * (64 * kBlockK >> 4));
           db = desc_b + uint32_t(stage * (C::kBBytes >> 4));
@@ -439,10 +438,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           const float* sfa = reinterpret_cast<const float*>(smem + C::kOffSfa + stage * C::kSfaStride) +
                              (mw * C::kSlices + sl) * 64 + (C::kGrouped ? m0 & 3 : 0);
           sa0 = sfa[r0], sa1 = sfa[r0 + 8];
-          sb0 = ld_shared_f32(s_sfb + 8 * uint32_t(stage)), sb1 = ld_shared_f32(s_sfb + 8 * uint32_t(stage) + 4);
           da = smem_desc_k128b(smem + stage * C::kABytes + (mw * C::kSlices + sl) * 64 * kBlockK);
           db = smem_desc_k128b(smem + C::kOffB + stage * C::kBBytes);
         }
+        const float sb0 = ld_shared_f32(s_sfb + 8 * uint32_t(stage)), sb1 = ld_shared_f32(s_sfb + 8 * uint32_t(stage) + 4);
 #pragma unroll
         for (int i = 0; i < R; ++i) fence_reg(d[i]);
         wgmma_fence();
