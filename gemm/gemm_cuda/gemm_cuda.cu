@@ -93,14 +93,16 @@ Sm90Config make_config(SK kernel, SS split = SS::kDataParallel, int32_t splits =
 
 // The narrow tiles of problems with a long K and at most about a wave of 128x128 tiles, in the order that
 // settles a tie (measured on an H100: 256x4096x7168 in 17.7 us as 128x64 tiles, 18.2 as 64x128).
+// min_m: a candidate only from that many rows (128x96 was measured on 1024-2048 rows only).
 struct NarrowTile {
   SK kernel;
   int64_t bm, bn;
+  int64_t min_m = 1;
 };
-constexpr NarrowTile kNarrowTiles[] = {{SK::kTile128x64, 128, 64}, {SK::kTile64x128, 64, 128},
-                                       {SK::kTile128x128, 128, 128}, {SK::kTile128x96, 128, 96},
-                                       {SK::kTile64x64, 64, 64},     {SK::kTile64x96, 64, 96},
-                                       {SK::kTile64x48, 64, 48},     {SK::kTile64x32, 64, 32}};
+constexpr NarrowTile kNarrowTiles[] = {{SK::kTile128x64, 128, 64},       {SK::kTile64x128, 64, 128},
+                                       {SK::kTile128x128, 128, 128},     {SK::kTile128x96, 128, 96, 129},
+                                       {SK::kTile64x64, 64, 64},         {SK::kTile64x96, 64, 96},
+                                       {SK::kTile64x48, 64, 48},         {SK::kTile64x32, 64, 32}};
 
 // The data-parallel narrow tile whose busiest CTA loads the fewest operand bytes: (BM + BN) bytes per K
 // column and tile, times the tiles per CTA (waves). With a long K and few tiles each CTA streams its
@@ -115,7 +117,7 @@ const NarrowTile& least_loaded(const GemmProblem& p, int64_t sms) {
   const NarrowTile* best = nullptr;
   int64_t best_bytes = 0;
   for (const NarrowTile& t : kNarrowTiles) {
-    if (t.kernel == SK::kTile128x96 && p.m <= 128) continue;  // measured on 1024-2048 rows only
+    if (p.m < t.min_m) continue;
     const int64_t bytes = busiest_cta_bytes(p, sms, t.bm, t.bn);
     if (best == nullptr || bytes < best_bytes) best = &t, best_bytes = bytes;
   }
