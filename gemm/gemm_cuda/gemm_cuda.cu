@@ -125,27 +125,37 @@ const NarrowTile& least_loaded(const GemmProblem& p, int64_t sms) {
 }
 Sm90Config least_loaded_tile(const GemmProblem& p, int64_t sms) { return make_config(least_loaded(p, sms).kernel); }
 
+bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass);
+
 Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t sms = device_sm_count();
   const int64_t kb = p.k_blocks();
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128);  // 128x128 tiles
   if (exact) return make_config(SK::kCutlass128x128F16, (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel);
-  // Up to 64 rows the time is reading the weight once. The decode kernel streams it with every SM (its own
-  // cost model picks the rows per CTA and the K split) up to 16 rows, and for short weights. From 17 rows
-  // on, a weight of N >= 4096 rows goes to 64x64 tiles: 64 weight rows per CTA over the whole K, a full
-  // wave at N = 8448 (no K split to reduce, unlike the decode kernel's 64-row units); stream-K when the
-  // last of several waves is less than half full; from 33 rows 64x32 tiles where they make one wave
-  // (64x4096x7168: 128 tiles, 13.1 us on an H100 against 13.9 as 64 tiles of 64x64). 2048 <= N < 4096
-  // from 33 rows: 64x32 tiles, stream-K (64x2112x7168: 66 tiles, each split in two).
+  // Up to 64 rows the time is reading the weight once. 64x32 tiles over the whole K where one wave of them
+  // covers N (N <= 4224 on 132 SMs): from 17 rows for N >= 4096, from 33 rows for N >= 1536, every SM (or
+  // as many as N needs) streaming its own 32 weight rows with no K split to reduce (on an H100:
+  // 64x4096x7168 13.1 us against 13.9 as 64x64 tiles; 32x4096x7168 14.8 against 15.2 as 64x64;
+  // 64x2112x7168 9.8 against 10.6 as 64x32 stream-K; 64x1536x7168 9.7 against 10.6 in the decode kernel).
+  // Otherwise, from 17 rows, a weight of N >= 4096 rows goes to 64x64 tiles (64 weight rows per CTA over
+  // the whole K, a full wave at N = 8448), stream-K when the last of several waves is less than half full.
+  // From 4 rows, a K of 8-16 blocks and a weight of N >= 4096 rows that one wave of 64x64 tiles covers
+  // (N <= 8448): 64x64 tiles where a_scale is read in place (4x7168x2048 8.3 us against 8.7 in the decode
+  // kernel, 16x7168x2048 8.1 against 8.7; with a longer K the decode kernel's split wins: 8x4096x7168 17.0
+  // against 15.1). The decode kernel (its own cost model picks the rows per CTA and the K split) takes the
+  // rest: up to 16 rows, and short weights.
   if (p.m <= sm90::kDecodeMaxM) {
+    if (p.m > 16 && kb >= 16 && ceil_div(p.n, 32) <= sms && p.n >= (p.m > 32 ? 1536 : 4096))
+      return make_config(SK::kTile64x32);
+    if (p.m >= 4 && p.m <= 16 && kb >= 8 && kb <= 16 && p.n >= 4096 && ceil_div(p.n, 64) <= sms &&
+        row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, false))
+      return make_config(SK::kTile64x64);
     if (p.m > 16 && p.n >= 4096) {
-      if (p.m > 32 && kb >= 16 && ceil_div(p.n, 32) <= sms) return make_config(SK::kTile64x32);
       const int64_t items = ceil_div(p.n, 64);
       const double frac = double(items % sms) / double(sms);
       return make_config(SK::kTile64x64, items > sms && frac > 0.0 && frac < 0.5 && kb >= 16 ? SS::kStreamK
                                                                                              : SS::kDataParallel);
     }
-    if (p.m > 32 && p.n >= 2048 && kb >= 16) return make_config(SK::kTile64x32, SS::kStreamK);
     return make_config(SK::kDecode, SS::kSplitK, 0, 0);
   }
   if ((p.m <= 128 || tiles * 4 <= sms) && kb >= 16) {

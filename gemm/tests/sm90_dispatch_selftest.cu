@@ -57,9 +57,13 @@ void report(const char* check, const std::string& err) {
   }
 }
 
+// a_scale as fp8_act_quant writes it: M-contiguous, a K-block stride of M rounded up to 4, 16-byte aligned
+// (never dereferenced: the rules read only its address and strides).
 GemmProblem problem(int64_t m, int64_t n, int64_t k) {
   GemmProblem p;
   p.m = m, p.n = n, p.k = k;
+  p.a_scale = reinterpret_cast<const float*>(uintptr_t{1} << 12);
+  p.a_scale_stride_m = 1, p.a_scale_stride_kb = (m + 3) / 4 * 4;
   return p;
 }
 
@@ -135,13 +139,15 @@ void generic_rule_on_deepgemm_shapes() {
     SS split;
   };
   const Case cases[] = {
-      {64, 2112, 7168, SK::kTile64x32, SS::kStreamK},      {64, 24576, 1536, SK::kTile64x64, SS::kDataParallel},
+      {64, 2112, 7168, SK::kTile64x32, SS::kDataParallel}, {64, 24576, 1536, SK::kTile64x64, SS::kDataParallel},
       {64, 32768, 512, SK::kTile64x64, SS::kDataParallel},  {64, 7168, 16384, SK::kTile64x64, SS::kDataParallel},
       {64, 36864, 7168, SK::kTile64x64, SS::kStreamK},     {32, 36864, 7168, SK::kTile64x64, SS::kStreamK},
-      {1, 2112, 7168, SK::kDecode, SS::kSplitK},           {16, 7168, 2048, SK::kDecode, SS::kSplitK},
-      {32, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 1536, 7168, SK::kDecode, SS::kSplitK},
+      {1, 2112, 7168, SK::kDecode, SS::kSplitK},           {16, 7168, 2048, SK::kTile64x64, SS::kDataParallel},
+      {32, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 1536, 7168, SK::kTile64x32, SS::kDataParallel},
       {64, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {64, 4096, 7168, SK::kTile64x32, SS::kDataParallel},
-      {32, 4096, 7168, SK::kTile64x64, SS::kDataParallel},
+      {32, 4096, 7168, SK::kTile64x32, SS::kDataParallel},  {4, 7168, 2048, SK::kTile64x64, SS::kDataParallel},
+      {2, 7168, 2048, SK::kDecode, SS::kSplitK},           {8, 4096, 7168, SK::kDecode, SS::kSplitK},
+      {16, 4096, 7168, SK::kDecode, SS::kSplitK},          {64, 1024, 7168, SK::kDecode, SS::kSplitK},
       {128, 2112, 7168, SK::kTile64x32, SS::kDataParallel}, {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
       {128, 32768, 512, SK::kTile128x128, SS::kDataParallel},
       {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
@@ -183,6 +189,11 @@ void generic_rule_on_deepgemm_shapes() {
       err += name({c.m, c.n, c.k}) + " took " + fp8gemm::cuda::kernel_name(got.kernel) + " split " +
              std::to_string(static_cast<int>(got.split)) + "; ";
   }
+  // 64x64 tiles at 4-16 rows only where the tile kernel reads a_scale in place: a K-contiguous one (which
+  // it would copy first) keeps the decode kernel.
+  GemmProblem kmajor = problem(16, 7168, 2048);
+  kmajor.a_scale_stride_m = 16, kmajor.a_scale_stride_kb = 1;
+  if (fp8gemm::cuda::choose_generic_config(kmajor).kernel != SK::kDecode) err += "16x7168x2048 with a K-major a_scale; ";
   report("generic_rule_on_deepgemm_shapes", err);
 }
 
