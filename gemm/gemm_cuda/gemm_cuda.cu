@@ -132,30 +132,28 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   const int64_t kb = p.k_blocks();
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128);  // 128x128 tiles
   if (exact) return make_config(SK::kCutlass128x128F16, (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel);
-  // Up to 64 rows the time is reading the weight once. 64x32 tiles over the whole K where one wave of them
-  // covers N (N <= 4224 on 132 SMs): from 17 rows for N >= 4096, from 33 rows for N >= 1536, every SM (or
-  // as many as N needs) streaming its own 32 weight rows with no K split to reduce (on an H100:
-  // 64x4096x7168 13.1 us against 13.9 as 64x64 tiles; 32x4096x7168 14.8 against 15.2 as 64x64;
-  // 64x2112x7168 9.8 against 10.6 as 64x32 stream-K; 64x1536x7168 9.7 against 10.6 in the decode kernel).
-  // Otherwise, from 17 rows, a weight of N >= 4096 rows goes to 64x64 tiles (64 weight rows per CTA over
-  // the whole K, a full wave at N = 8448), stream-K when the last of several waves is less than half full.
-  // From 4 rows, a K of 8-16 blocks and a weight of N >= 4096 rows that one wave of 64x64 tiles covers
-  // (N <= 8448): 64x64 tiles where a_scale is read in place (4x7168x2048 8.3 us against 8.7 in the decode
-  // kernel, 16x7168x2048 8.1 against 8.7; with a longer K the decode kernel's split wins: 8x4096x7168 17.0
-  // against 15.1). The decode kernel (its own cost model picks the rows per CTA and the K split) takes the
-  // rest: up to 16 rows, and short weights.
+  // Up to 64 rows the time is reading the weight once. Tile kernels stream it over the whole K, every CTA
+  // its own weight rows, with no K split to reduce; below 17 rows only where they read a_scale in place
+  // (else they copy it first, one kernel more). Lab A/Bs on an H100 (kernel time, L2 flushed):
+  // * 64x32 tiles where one wave of them covers N (N <= 4224 on 132 SMs) and K is long: from N >= 2048, and
+  //   from 33 rows N >= 1536 (8x4096x7168 12.7 us against 14.9 in the decode kernel; 16x2112x7168 9.5
+  //   against 10.0; 64x1536x7168 9.7 against 10.6; 8x1536x7168 9.4 against 8.1: the decode kernel's split
+  //   fills more SMs than 48 tiles);
+  // * from 17 rows, N >= 4096 on 64x64 tiles, stream-K when the last of several waves is less than half full;
+  // * up to 16 rows, 64x64 tiles where one wave of them covers N >= 4096 and K has at least 8 blocks
+  //   (8x7168x2048 7.7 us against 8.4; 16x7168x16384 42.1 against 43.4);
+  // * else the decode kernel (its own cost model picks the rows per CTA and the K split).
   if (p.m <= sm90::kDecodeMaxM) {
-    if (p.m > 16 && kb >= 16 && ceil_div(p.n, 32) <= sms && p.n >= (p.m > 32 ? 1536 : 4096))
+    const bool sa_direct = row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, false);
+    if ((p.m > 16 || sa_direct) && kb >= 16 && ceil_div(p.n, 32) <= sms && p.n >= (p.m > 32 ? 1536 : 2048))
       return make_config(SK::kTile64x32);
-    if (p.m >= 4 && p.m <= 16 && kb >= 8 && kb <= 16 && p.n >= 4096 && ceil_div(p.n, 64) <= sms &&
-        row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, false))
-      return make_config(SK::kTile64x64);
     if (p.m > 16 && p.n >= 4096) {
       const int64_t items = ceil_div(p.n, 64);
       const double frac = double(items % sms) / double(sms);
       return make_config(SK::kTile64x64, items > sms && frac > 0.0 && frac < 0.5 && kb >= 16 ? SS::kStreamK
                                                                                              : SS::kDataParallel);
     }
+    if (sa_direct && kb >= 8 && p.n >= 4096 && ceil_div(p.n, 64) <= sms) return make_config(SK::kTile64x64);
     return make_config(SK::kDecode, SS::kSplitK, 0, 0);
   }
   if ((p.m <= 128 || tiles * 4 <= sms) && kb >= 16) {

@@ -33,7 +33,7 @@ constexpr int kSm90KernelCount = 15;
 
 // How a kernel splits its work. The tile and CUTLASS kernels: data-parallel tiles, split-K (`splits`
 // equal K ranges per tile) or stream-K. The decode kernel: `splits` CTAs per weight tile along K
-// (0 = its cost model chooses).
+// (0, or any count outside 1-8: its cost model chooses).
 enum class Sm90Split : int32_t { kDataParallel = 0, kSplitK = 1, kStreamK = 2, kHeuristic = 3 };
 
 struct Sm90Config {

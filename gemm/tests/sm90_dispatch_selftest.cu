@@ -105,8 +105,9 @@ void generic_rule_examples() {
       err += std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " took variant " +
              std::to_string(static_cast<int>(fp8gemm::cuda::choose_generic_config(problem(m, n, k)).kernel)) + "; ";
   };
-  expect(7, 4096, 7168, Sm90Kernel::kDecode);
-  expect(16, 4096, 7168, Sm90Kernel::kDecode);
+  expect(7, 4096, 7168, Sm90Kernel::kTile64x32);
+  expect(16, 4096, 7168, Sm90Kernel::kTile64x32);
+  expect(16, 1536, 7168, Sm90Kernel::kDecode);
   expect(32, 1536, 7168, Sm90Kernel::kDecode);
   expect(17, 4096, 300, Sm90Kernel::kTile64x64);
   expect(65, 4096, 7168, Sm90Kernel::kTile64x64);
@@ -142,12 +143,14 @@ void generic_rule_on_deepgemm_shapes() {
       {64, 2112, 7168, SK::kTile64x32, SS::kDataParallel}, {64, 24576, 1536, SK::kTile64x64, SS::kDataParallel},
       {64, 32768, 512, SK::kTile64x64, SS::kDataParallel},  {64, 7168, 16384, SK::kTile64x64, SS::kDataParallel},
       {64, 36864, 7168, SK::kTile64x64, SS::kStreamK},     {32, 36864, 7168, SK::kTile64x64, SS::kStreamK},
-      {1, 2112, 7168, SK::kDecode, SS::kSplitK},           {16, 7168, 2048, SK::kTile64x64, SS::kDataParallel},
-      {32, 2112, 7168, SK::kDecode, SS::kSplitK},          {64, 1536, 7168, SK::kTile64x32, SS::kDataParallel},
+      {1, 2112, 7168, SK::kTile64x32, SS::kDataParallel},  {16, 7168, 2048, SK::kTile64x64, SS::kDataParallel},
+      {32, 2112, 7168, SK::kTile64x32, SS::kDataParallel}, {64, 1536, 7168, SK::kTile64x32, SS::kDataParallel},
       {64, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {64, 4096, 7168, SK::kTile64x32, SS::kDataParallel},
       {32, 4096, 7168, SK::kTile64x32, SS::kDataParallel},  {4, 7168, 2048, SK::kTile64x64, SS::kDataParallel},
-      {2, 7168, 2048, SK::kDecode, SS::kSplitK},           {8, 4096, 7168, SK::kDecode, SS::kSplitK},
-      {16, 4096, 7168, SK::kDecode, SS::kSplitK},          {64, 1024, 7168, SK::kDecode, SS::kSplitK},
+      {2, 7168, 2048, SK::kTile64x64, SS::kDataParallel},  {8, 4096, 7168, SK::kTile64x32, SS::kDataParallel},
+      {16, 4096, 7168, SK::kTile64x32, SS::kDataParallel}, {64, 1024, 7168, SK::kDecode, SS::kSplitK},
+      {16, 7168, 16384, SK::kTile64x64, SS::kDataParallel}, {8, 1536, 7168, SK::kDecode, SS::kSplitK},
+      {16, 32768, 512, SK::kDecode, SS::kSplitK},          {1, 36864, 7168, SK::kDecode, SS::kSplitK},
       {128, 2112, 7168, SK::kTile64x32, SS::kDataParallel}, {128, 24576, 1536, SK::kTile128x64, SS::kDataParallel},
       {128, 32768, 512, SK::kTile128x128, SS::kDataParallel},
       {128, 7168, 16384, SK::kTile128x64, SS::kDataParallel},
@@ -189,11 +192,13 @@ void generic_rule_on_deepgemm_shapes() {
       err += name({c.m, c.n, c.k}) + " took " + fp8gemm::cuda::kernel_name(got.kernel) + " split " +
              std::to_string(static_cast<int>(got.split)) + "; ";
   }
-  // 64x64 tiles at 4-16 rows only where the tile kernel reads a_scale in place: a K-contiguous one (which
-  // it would copy first) keeps the decode kernel.
-  GemmProblem kmajor = problem(16, 7168, 2048);
-  kmajor.a_scale_stride_m = 16, kmajor.a_scale_stride_kb = 1;
-  if (fp8gemm::cuda::choose_generic_config(kmajor).kernel != SK::kDecode) err += "16x7168x2048 with a K-major a_scale; ";
+  // Tiles below 17 rows only where the tile kernel reads a_scale in place: a K-contiguous one (which it
+  // would copy first) keeps the decode kernel.
+  for (const Shape& s : {Shape{16, 7168, 2048}, Shape{16, 4096, 7168}}) {
+    GemmProblem kmajor = problem(std::get<0>(s), std::get<1>(s), std::get<2>(s));
+    kmajor.a_scale_stride_m = (kmajor.k + 127) / 128, kmajor.a_scale_stride_kb = 1;
+    if (fp8gemm::cuda::choose_generic_config(kmajor).kernel != SK::kDecode) err += name(s) + " with a K-major a_scale; ";
+  }
   report("generic_rule_on_deepgemm_shapes", err);
 }
 

@@ -1,8 +1,10 @@
 """The decode kernel of the sm_90a backend (gemm_cuda/sm90_decode.cu: M <= 64) against the float64 reference.
 
-Every call with M <= 64 takes it by default; GEMM_CUDA_CONFIG="decode,splitk,<CTAs per tile>,<rows per CTA>"
-forces a plan, so each (token tile, rows per CTA, K split) is run on odd N, K tails, both layouts, both fp8
-kinds and strided scales and outputs. Skips cleanly without a CUDA device of compute capability 9.0.
+Calls with M <= 64 take it by default unless the generic rules send them to 64-row tiles (long weights read
+over the whole K); GEMM_CUDA_CONFIG="decode,splitk,<CTAs per tile>,<rows per CTA>" forces a plan (DECODE_AUTO:
+the decode kernel with its cost model's plan), so each (token tile, rows per CTA, K split) is run on odd N, K
+tails, both layouts, both fp8 kinds and strided scales and outputs. Skips cleanly without a CUDA device of
+compute capability 9.0.
 """
 import pytest
 import torch
@@ -20,6 +22,8 @@ DECODE_M = [1, 2, 4, 7, 8, 9, 16, 17, 32, 33, 63, 64]
 # (N, K): N not a multiple of 64 or 128, K tails (K % 128 != 0, K % 16 != 0: the padded path), one K block.
 DECODE_NK = [(576, 7168), (100, 1000), (257, 208), (1536, 2304), (130, 16), (7168, 128), (4100, 7000)]
 LAYOUTS = [("k_major", FN), ("mn_major", FNUZ), ("k_major", FNUZ), ("mn_major", FN)]
+# The decode kernel with the plan its cost model picks (a split outside 1-8, rows other than 64 / 128).
+DECODE_AUTO = "decode,splitk,9,1"
 
 
 def run_decode(m, n, k, dtype, layout, seed, out_kind="contiguous", scale_kind="as_drawn"):
@@ -93,9 +97,15 @@ def test_decode_persistent_rounds(m, rows, monkeypatch):
     run_decode(m, 34000, 1000, FN, "k_major", seed=m + rows)
 
 
+@pytest.mark.parametrize("plan", ["dispatch", "decode"])
 @pytest.mark.parametrize("m", [1, 16, 64])
-@pytest.mark.parametrize("nk", [(1536, 7168), (24576, 1536), (32768, 512), (7168, 2048)], ids=_shape_id)
-def test_decode_deepseek_shapes(m, nk):
+@pytest.mark.parametrize("nk", [(1536, 7168), (24576, 1536), (32768, 512), (7168, 2048), (4096, 7168)], ids=_shape_id)
+def test_decode_deepseek_shapes(m, nk, plan, monkeypatch):
+    """What the dispatch picks (the decode kernel or 64-row tiles), and the decode kernel's own plan."""
+    if plan == "decode":
+        monkeypatch.setenv("GEMM_CUDA_CONFIG", DECODE_AUTO)
+    else:
+        monkeypatch.delenv("GEMM_CUDA_CONFIG", raising=False)
     run_decode(m, *nk, FN, "k_major", seed=m + nk[0])
 
 
@@ -120,15 +130,17 @@ def test_decode_special_values(m, special):
     check(out, a, b, a_scale, b_scale, exact=False)
 
 
-def test_decode_is_deterministic():
+def test_decode_is_deterministic(monkeypatch):
     """The K-split partial sums are added in a fixed order: repeated calls give the same bits."""
+    monkeypatch.setenv("GEMM_CUDA_CONFIG", "decode,splitk,4,128")
     a, b, a_scale, b_scale = make_inputs(16, 7168, 7168, FN, "k_major", seed=5, device="cuda")
     first = gemm.gemm(a, b, a_scale, b_scale)
     for _ in range(3):
         assert torch.equal(gemm.gemm(a, b, a_scale, b_scale), first)
 
 
-def test_decode_cuda_graph_replay():
+def test_decode_cuda_graph_replay(monkeypatch):
+    monkeypatch.setenv("GEMM_CUDA_CONFIG", DECODE_AUTO)
     m, n, k = 4, 4096, 7168
     a, b, a_scale, b_scale = make_inputs(m, n, k, FN, "k_major", seed=51, device="cuda")
     out = poisoned_out(m, n, device="cuda")
