@@ -829,8 +829,8 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BN, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
-      // a_scale as a (kb, sfa_rows) row-major matrix: one box = the tile's BM scales of one K block.
-      // (the launcher passes leading dimensions that are valid even for one K block / one row)
+      // a_scale as a (kb, sfa_rows) row-major matrix: one box = the tile's scales of one K block (BM, or
+      // sfa_box above). (the launcher passes leading dimensions that are valid even for one K block / one row)
       !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, a.sfa_ld, 1, sfa_box,
                    CU_TENSOR_MAP_SWIZZLE_NONE) ||
       !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.ldd, 64,
