@@ -125,6 +125,7 @@ const NarrowTile& least_loaded(const GemmProblem& p, int64_t sms) {
 }
 Sm90Config least_loaded_tile(const GemmProblem& p, int64_t sms) { return make_config(least_loaded(p, sms).kernel); }
 
+bool row_scales_tma(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass);
 bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass);
 
 Sm90Config choose_generic(const GemmProblem& p, bool exact) {
@@ -134,26 +135,30 @@ Sm90Config choose_generic(const GemmProblem& p, bool exact) {
   if (exact) return make_config(SK::kCutlass128x128F16, (tiles < sms * 4 && kb >= 8) ? SS::kStreamK : SS::kDataParallel);
   // Up to 64 rows the time is reading the weight once. Tile kernels stream it over the whole K, every CTA
   // its own weight rows, with no K split to reduce; below 17 rows only where they read a_scale in place
-  // (else they copy it first, one kernel more). Lab A/Bs on an H100 (kernel time, L2 flushed):
+  // (else the launcher copies it first, one kernel more). Lab A/Bs on an H100 (kernel time, L2 flushed):
   // * 64x32 tiles where one wave of them covers N (N <= 4224 on 132 SMs) and K is long: from N >= 2048, and
   //   from 33 rows N >= 1536 (8x4096x7168 12.7 us against 14.9 in the decode kernel; 16x2112x7168 9.5
   //   against 10.0; 64x1536x7168 9.7 against 10.6; 8x1536x7168 9.4 against 8.1: the decode kernel's split
-  //   fills more SMs than 48 tiles);
+  //   fills more SMs than 48 tiles); below 17 rows only with an a_scale TMA reads (one their producer
+  //   copies made them slower than the decode kernel: 1x4096x7168 16.5 us against 14.6);
   // * from 17 rows, N >= 4096 on 64x64 tiles, stream-K when the last of several waves is less than half full;
   // * up to 16 rows, 64x64 tiles where one wave of them covers N >= 4096 and K has at least 8 blocks
-  //   (8x7168x2048 7.7 us against 8.4; 16x7168x16384 42.1 against 43.4);
+  //   (8x7168x2048 7.7 us against 8.4; 16x7168x16384 42.1 against 43.4; with an a_scale their producer
+  //   copies, 1x7168x2048 7.6 against 8.7 and 1x7168x16384 40.6 against 42.5), except where the 64x32 rule
+  //   above declined only for the a_scale (not measured there);
   // * else the decode kernel (its own cost model picks the rows per CTA and the K split).
   if (p.m <= sm90::kDecodeMaxM) {
+    const bool sa_tma = row_scales_tma(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, false);
     const bool sa_direct = row_scales_direct(p.a_scale, p.m, kb, p.a_scale_stride_m, p.a_scale_stride_kb, false);
-    if ((p.m > 16 || sa_direct) && kb >= 16 && ceil_div(p.n, 32) <= sms && p.n >= (p.m > 32 ? 1536 : 2048))
-      return make_config(SK::kTile64x32);
+    const bool tile32 = kb >= 16 && ceil_div(p.n, 32) <= sms && p.n >= (p.m > 32 ? 1536 : 2048);
+    if ((p.m > 16 || sa_tma) && tile32) return make_config(SK::kTile64x32);
     if (p.m > 16 && p.n >= 4096) {
       const int64_t items = ceil_div(p.n, 64);
       const double frac = double(items % sms) / double(sms);
       return make_config(SK::kTile64x64, items > sms && frac > 0.0 && frac < 0.5 && kb >= 16 ? SS::kStreamK
                                                                                              : SS::kDataParallel);
     }
-    if (sa_direct && kb >= 8 && p.n >= 4096 && ceil_div(p.n, 64) <= sms) return make_config(SK::kTile64x64);
+    if (sa_direct && !tile32 && kb >= 8 && p.n >= 4096 && ceil_div(p.n, 64) <= sms) return make_config(SK::kTile64x64);
     return make_config(SK::kDecode, SS::kSplitK, 0, 0);
   }
   if ((p.m <= 128 || tiles * 4 <= sms) && kb >= 16) {
@@ -305,13 +310,23 @@ bool operand_direct(const uint8_t* ptr, int64_t rows, int64_t k, int64_t s_row, 
   return ld % 16 == 0 && ld >= k;
 }
 
-// a_scale as the kernels read it: TMA over (rows, kb) contiguous along rows with a 16-byte aligned base and
-// K-block stride (fp8_act_quant's layout: (ceil4(M), kb) storage); CUTLASS's kernels also want rows % 4 == 0.
-bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass) {
-  if (!aligned16(ptr) || (cutlass && rows % 4 != 0)) return false;
-  if (s_row != 1 && rows > 1) return false;
+// a_scale laid out as the kernels read it, (rows, kb) contiguous along rows: row_scales_tma where TMA reads it
+// (a 16-byte aligned base and K-block stride, fp8_act_quant's layout: (ceil4(M), kb) storage; CUTLASS's kernels
+// also want rows % 4 == 0), row_scales_direct where the kernel reads it in place, which the tile kernels also
+// do with any K-block stride up to sm90::kTileScaleCopyMaxRows rows (a (1, kb) tensor; their producer copies
+// it).
+int64_t row_scales_ld(int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb) {
+  if (s_row != 1 && rows > 1) return -1;
   const int64_t ld = kb == 1 ? round_up(rows, 4) : s_kb;  // one K block: the stride is never used
-  return ld % 4 == 0 && ld >= rows && ld <= INT32_MAX;
+  return ld >= rows && ld <= INT32_MAX ? ld : -1;
+}
+bool row_scales_tma(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass) {
+  const int64_t ld = row_scales_ld(rows, kb, s_row, s_kb);
+  return ld > 0 && ld % 4 == 0 && aligned16(ptr) && !(cutlass && rows % 4 != 0);
+}
+bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass) {
+  if (!cutlass && rows <= sm90::kTileScaleCopyMaxRows) return row_scales_ld(rows, kb, s_row, s_kb) > 0;
+  return row_scales_tma(ptr, rows, kb, s_row, s_kb, cutlass);
 }
 
 bool block_scales_direct(int64_t nb, int64_t kb, int64_t s_nb, int64_t s_kb) {

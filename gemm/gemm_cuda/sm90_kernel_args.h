@@ -10,6 +10,11 @@
 
 namespace fp8gemm::cuda::sm90 {
 
+// Up to this many rows the tile kernels also read an a_scale that TMA cannot (a K-block stride of 1-3 floats,
+// or a base that is not 16-byte aligned: a (1, kb) or (2, kb) tensor) in place, one 4-byte copy per row and
+// K block, instead of the launcher copying it into a TMA layout first (one kernel more).
+constexpr int kTileScaleCopyMaxRows = 16;
+
 // How a Stream-K-capable kernel splits its work (mirrors CUTLASS's DecompositionMode).
 enum class Decomposition : int32_t { kDataParallel = 0, kSplitK = 1, kStreamK = 2, kHeuristic = 3 };
 
@@ -22,7 +27,8 @@ struct KernelArgs {
   int64_t lda = 0;
   const void* b = nullptr;      // (n, k), row stride ldb
   int64_t ldb = 0;
-  // sfa = per-row scales, MN-major: sfa[m + kb * sfa_ld], sfa_rows >= m rows.
+  // sfa = per-row scales, MN-major: sfa[m + kb * sfa_ld], sfa_rows >= m rows. The tile kernels read it by
+  // TMA (16-byte aligned, sfa_ld % 4 == 0), or, up to kTileScaleCopyMaxRows rows, with any sfa_ld.
   // sfb = per-128x128 scales, K-major: sfb[nb * sfb_ld + kb], sfb_rows 128-row blocks.
   const float* sfa = nullptr;
   int32_t sfa_ld = 0, sfa_rows = 0;

@@ -155,6 +155,11 @@ struct Params {
   const int32_t* row_map;
   uint16_t* d;
   int64_t ldd;
+  // a_scale that TMA cannot read (KernelArgs::sfa; at most kTileScaleCopyMaxRows rows, so every tile
+  // starts at row 0): sfa_copy[r + kb * sfa_copy_ld] of rows r < sfa_copy_rows copied by the producer with
+  // cp.async next to b_scale. nullptr: the a_scale TMA box.
+  const float* sfa_copy;
+  int32_t sfa_copy_ld, sfa_copy_rows;
 };
 
 // Expert GEMMs: the expert, first row and row count of M block gm (of all the experts' blocks).
@@ -314,7 +319,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       int s = 0;
       uint32_t phase = 0;
       // Same order of work as the math warpgroups (see the bottom of the kernel).
-      auto produce = [&](const int t, const int kb_begin, const int kb_end) {
+      // kCopySfa (std::bool_constant): a_scale by cp.async (Params::sfa_copy) instead of its TMA box; a
+      // compile-time choice, so that the TMA path's loop is the same code as without the copy.
+      auto produce = [&](auto kCopySfa, const int t, const int kb_begin, const int kb_end) {
         int mw, nb;
         item_coords<C>(p, t, num_m, num_n, rank, mw, nb);
         int m0 = mw * C::BM, n0 = nb * C::BN, b_row0 = n0;
@@ -354,7 +361,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             }
             tma_load_2d(smem + s * C::kABytes, &map_a, &full[s], kb * kBlockK, m0);
           }
-          tma_load_2d(smem + C::kOffSfa + s * C::kSfaStride, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
+          if constexpr (decltype(kCopySfa)::value) {
+            const uint32_t s_sfa = smem_addr(smem + C::kOffSfa + s * C::kSfaStride);
+            for (int r = 0; r < p.sfa_copy_rows; ++r)
+              cp_async_4(s_sfa + 4u * uint32_t(r), p.sfa_copy + r + int64_t(kb) * p.sfa_copy_ld, 4u);
+          } else {
+            tma_load_2d(smem + C::kOffSfa + s * C::kSfaStride, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
+          }
           cp_async_4(s_sfb + 8 * uint32_t(s), sfb0 + kb, 4u);
           cp_async_4(s_sfb + 8 * uint32_t(s) + 4, sfb1 + kb, 4u);
           cp_async_arrive(&full[s]);
@@ -362,10 +375,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
       };
       if constexpr (C::kGrouped) {
-        for (int t = first_item; t < num_m * C::n_items(num_n); t += item_stride) produce(t, 0, num_kb);
+        for (int t = first_item; t < num_m * C::n_items(num_n); t += item_stride)
+          produce(std::false_type{}, t, 0, num_kb);
+      } else if (p.sfa_copy != nullptr) {
+        for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
+                                    [&](auto, int t, int kb0, int kb1, int, int, int) {
+                                      produce(std::true_type{}, t, kb0, kb1);
+                                    });
       } else {
         for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
-                                    [&](auto, int t, int kb0, int kb1, int, int, int) { produce(t, kb0, kb1); });
+                                    [&](auto, int t, int kb0, int kb1, int, int, int) {
+                                      produce(std::false_type{}, t, kb0, kb1);
+                                    });
       }
     }
   } else {
@@ -747,13 +768,19 @@ size_t zeroed_bytes(const KernelArgs& a) {
   return flags_bytes<C>(plan_split<C>(a));
 }
 
+inline bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
+
+// a_scale readable by TMA: a 16-byte aligned base and K-block stride.
+inline bool sfa_tma_readable(const KernelArgs& a) { return a.sfa_ld % 4 == 0 && aligned16(a.sfa); }
+
 template <class C>
 bool can_implement(const KernelArgs& a) {
-  // K-major fp8 operands with 16-byte rows, MN-major a_scale with a 16-byte K-block stride, row-major
-  // bf16 out with 16-byte rows (the launcher stages anything else); non-swapped problems only.
-  auto al16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  // K-major fp8 operands with 16-byte rows, MN-major a_scale with a 16-byte K-block stride (any stride up to
+  // kTileScaleCopyMaxRows rows), row-major bf16 out with 16-byte rows (the launcher stages anything else);
+  // non-swapped problems only.
   return a.m > 0 && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.lda % 16 == 0 && a.ldb % 16 == 0 && a.ldd % 8 == 0 &&
-         a.sfa_ld % 4 == 0 && al16(a.a) && al16(a.b) && al16(a.d) && al16(a.sfa);
+         (sfa_tma_readable(a) || a.m <= kTileScaleCopyMaxRows) && aligned16(a.a) &&
+         aligned16(a.b) && aligned16(a.d);
 }
 
 // Launch configuration: programmatic stream serialization when the kernel may overlap the previous one
@@ -825,17 +852,21 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   // stored.
   const int a_rows = a.m < C::BM ? a.m : C::BM;
   const int sfa_box = a.m < C::BM ? (a.m + 3) / 4 * 4 : C::BM;
+  // An a_scale that TMA cannot read is copied by the producer (Params::sfa_copy); its map is then A's,
+  // prefetched and never loaded.
+  const bool sfa_tma = sfa_tma_readable(a);
   if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, a_rows, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BN, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       // a_scale as a (kb, sfa_rows) row-major matrix: one box = the tile's scales of one K block (BM, or
       // sfa_box above). (the launcher passes leading dimensions that are valid even for one K block / one row)
-      !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, a.sfa_ld, 1, sfa_box,
-                   CU_TENSOR_MAP_SWIZZLE_NONE) ||
+      (sfa_tma && !make_map_2d(&msfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.sfa, kb, a.sfa_rows, a.sfa_ld, 1, sfa_box,
+                               CU_TENSOR_MAP_SWIZZLE_NONE)) ||
       !make_map_2d(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m, a.n, a.ldd, 64,
                    C::kPanelCols, static_cast<CUtensorMapSwizzle>(C::kPanelSwizzleB)))
     return cudaErrorInvalidValue;
+  if (!sfa_tma) msfa = ma;
 
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return cudaGetLastError();
@@ -845,7 +876,12 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
            a.alpha,    a.group > 1 ? a.group : 8,      sp.dp_items,
            sp.sk_items, sp.sk_len,  sp.splits, partials,  flags,
            a.overlap_previous && a.b_before_wait && sp.sk_items == 0,
-           a_rows * kBlockK + C::kBBytes + sfa_box * 4};
+           a_rows * kBlockK + C::kBBytes + (sfa_tma ? sfa_box * 4 : 0)};
+  if (!sfa_tma) {
+    p.sfa_copy = a.sfa;
+    p.sfa_copy_ld = a.sfa_ld;
+    p.sfa_copy_rows = a.m;
+  }
   // Not after a flag memset: that is not a kernel to overlap.
   cudaLaunchAttribute attrs[2];
   const bool memset_before = sp.sk_items > 0 && !a.workspace_zeroed;
@@ -862,7 +898,8 @@ template <class C>
 cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
   static_assert(C::kGrouped, "an expert-GEMM configuration");
   const KernelArgs& a = e.base;
-  if (!can_implement<C>(a) || a.n % 8 != 0 || e.experts < 1 || e.segments == nullptr) return cudaErrorInvalidValue;
+  if (!can_implement<C>(a) || !sfa_tma_readable(a) || a.n % 8 != 0 || e.experts < 1 || e.segments == nullptr)
+    return cudaErrorInvalidValue;
   const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
   CUtensorMap ma, mb, msfa, md;
   if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, C::BM / C::kCluster, kBlockK,

@@ -199,6 +199,24 @@ void generic_rule_on_deepgemm_shapes() {
     kmajor.a_scale_stride_m = (kmajor.k + 127) / 128, kmajor.a_scale_stride_kb = 1;
     if (fp8gemm::cuda::choose_generic_config(kmajor).kernel != SK::kDecode) err += name(s) + " with a K-major a_scale; ";
   }
+  // Up to 16 rows the tile kernels read in place an a_scale TMA cannot (copied by their producer): M-contiguous
+  // with a K-block stride of M floats, a (1, kb) K-contiguous one, or one at a 4-byte aligned address. The
+  // 64x64 rule takes those; the 64x32 rule only an a_scale TMA reads (the decode kernel was faster).
+  for (const Case& c : {Case{1, 7168, 2048, SK::kTile64x64, SS::kDataParallel},
+                        Case{2, 4096, 7168, SK::kDecode, SS::kSplitK},
+                        Case{1, 2112, 7168, SK::kDecode, SS::kSplitK},
+                        Case{3, 7168, 16384, SK::kTile64x64, SS::kDataParallel}}) {
+    GemmProblem mn = problem(c.m, c.n, c.k);
+    mn.a_scale_stride_kb = c.m;
+    GemmProblem k1 = problem(1, c.n, c.k);
+    k1.a_scale_stride_m = (c.k + 127) / 128, k1.a_scale_stride_kb = 1;
+    GemmProblem off = problem(c.m, c.n, c.k);
+    off.a_scale += 1;
+    for (const GemmProblem& q : {mn, k1, off})
+      if (fp8gemm::cuda::choose_generic_config(q).kernel != c.kernel)
+        err += name({q.m, c.n, c.k}) + " with an a_scale TMA cannot read took " +
+               fp8gemm::cuda::kernel_name(fp8gemm::cuda::choose_generic_config(q).kernel) + "; ";
+  }
   report("generic_rule_on_deepgemm_shapes", err);
 }
 

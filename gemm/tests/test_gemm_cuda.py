@@ -120,6 +120,35 @@ def test_row_scales_padded_to_four(m, kernel, monkeypatch):
     check(out, a, b, a_scale, b_scale, exact=False)
 
 
+@pytest.mark.parametrize("layout", ["mn_stride_m", "k_major", "offset"])
+@pytest.mark.parametrize("kernel", ["dispatch", "tile64x32", "tile64x64", "tile128x128", "tile192x144", "tile256x128"])
+@pytest.mark.parametrize("m", [1, 2, 3, 13, 16])
+def test_tile_kernels_read_few_rows_of_scales_tma_cannot(m, kernel, layout, monkeypatch):
+    """Up to 16 rows the tile kernels read in place an a_scale whose K-block stride or base is not 16-byte
+    aligned (their producer copies it next to b_scale): M-contiguous with a K-block stride of M floats, the
+    (M, K / 128) contiguous tensor (in place at M = 1, copied by the launcher above), a base 4 bytes off."""
+    if kernel != "dispatch":
+        split = ["dp,1", "streamk,1", "splitk,3"][(m + len(layout)) % 3]
+        monkeypatch.setenv("GEMM_CUDA_CONFIG", f"{kernel},{split},8")
+    n, k = 2056, 1000
+    kb = (k + 127) // 128
+    a, b, a_scale, b_scale = make_inputs(m, n, k, FN, "k_major", seed=100 + m, device="cuda")
+    if layout == "mn_stride_m":
+        sa = a_scale.T.contiguous().T
+    elif layout == "k_major":
+        sa = a_scale.contiguous()
+    else:
+        ld = (m + 3) // 4 * 4
+        storage = torch.full((1 + ld * kb,), float("nan"), device="cuda")
+        sa = storage[1:].as_strided((m, kb), (1, ld))
+        sa.copy_(a_scale)
+    assert torch.equal(sa, a_scale)
+    out = poisoned_out(m, n, device="cuda")
+    gemm.gemm(a, b, sa, b_scale, out=out)
+    torch.cuda.synchronize()
+    check(out, a, b, a_scale, b_scale, exact=False)
+
+
 @pytest.mark.parametrize("shape", DEEPGEMM_SHAPES, ids=_shape_id)
 def test_deepgemm_shapes(shape):
     run_and_check(*shape, FN, "k_major", seed=11, scales="torch")
