@@ -322,7 +322,7 @@ int64_t row_scales_ld(int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb) {
 }
 bool row_scales_tma(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass) {
   const int64_t ld = row_scales_ld(rows, kb, s_row, s_kb);
-  return ld > 0 && ld % 4 == 0 && aligned16(ptr) && !(cutlass && rows % 4 != 0);
+  return ld > 0 && sm90::sfa_tma_readable(ptr, ld) && !(cutlass && rows % 4 != 0);
 }
 bool row_scales_direct(const float* ptr, int64_t rows, int64_t kb, int64_t s_row, int64_t s_kb, bool cutlass) {
   if (!cutlass && rows <= sm90::kTileScaleCopyMaxRows) return row_scales_ld(rows, kb, s_row, s_kb) > 0;

@@ -156,10 +156,10 @@ struct Params {
   uint16_t* d;
   int64_t ldd;
   // a_scale that TMA cannot read (KernelArgs::sfa; at most kTileScaleCopyMaxRows rows, so every tile
-  // starts at row 0): sfa_copy[r + kb * sfa_copy_ld] of rows r < sfa_copy_rows copied by the producer with
-  // cp.async next to b_scale. nullptr: the a_scale TMA box.
+  // starts at row 0): sfa_copy[r + kb * sfa_copy_ld] of rows r < m copied by the producer with cp.async
+  // next to b_scale. nullptr: the a_scale TMA box.
   const float* sfa_copy;
-  int32_t sfa_copy_ld, sfa_copy_rows;
+  int32_t sfa_copy_ld;
 };
 
 // Expert GEMMs: the expert, first row and row count of M block gm (of all the experts' blocks).
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
           if constexpr (decltype(kCopySfa)::value) {
             const uint32_t s_sfa = smem_addr(smem + C::kOffSfa + s * C::kSfaStride);
-            for (int r = 0; r < p.sfa_copy_rows; ++r)
+            for (int r = 0; r < p.m; ++r)
               cp_async_4(s_sfa + 4u * uint32_t(r), p.sfa_copy + r + int64_t(kb) * p.sfa_copy_ld, 4u);
           } else {
             tma_load_2d(smem + C::kOffSfa + s * C::kSfaStride, &map_sfa, &full[s], C::kGrouped ? m0 & ~3 : m0, kb);
@@ -377,16 +377,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       if constexpr (C::kGrouped) {
         for (int t = first_item; t < num_m * C::n_items(num_n); t += item_stride)
           produce(std::false_type{}, t, 0, num_kb);
-      } else if (p.sfa_copy != nullptr) {
-        for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
-                                    [&](auto, int t, int kb0, int kb1, int, int, int) {
-                                      produce(std::true_type{}, t, kb0, kb1);
-                                    });
       } else {
-        for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
-                                    [&](auto, int t, int kb0, int kb1, int, int, int) {
-                                      produce(std::false_type{}, t, kb0, kb1);
-                                    });
+        auto produce_pieces = [&](auto kCopySfa) {
+          for_each_piece<C::kStreamK>(p, first_item, item_stride, num_kb,
+                                      [&](auto, int t, int kb0, int kb1, int, int, int) {
+                                        produce(kCopySfa, t, kb0, kb1);
+                                      });
+        };
+        if (p.sfa_copy != nullptr) produce_pieces(std::true_type{});
+        else produce_pieces(std::false_type{});
       }
     }
   } else {
@@ -770,16 +769,13 @@ size_t zeroed_bytes(const KernelArgs& a) {
 
 inline bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
 
-// a_scale readable by TMA: a 16-byte aligned base and K-block stride.
-inline bool sfa_tma_readable(const KernelArgs& a) { return a.sfa_ld % 4 == 0 && aligned16(a.sfa); }
-
 template <class C>
 bool can_implement(const KernelArgs& a) {
   // K-major fp8 operands with 16-byte rows, MN-major a_scale with a 16-byte K-block stride (any stride up to
   // kTileScaleCopyMaxRows rows), row-major bf16 out with 16-byte rows (the launcher stages anything else);
   // non-swapped problems only.
   return a.m > 0 && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.lda % 16 == 0 && a.ldb % 16 == 0 && a.ldd % 8 == 0 &&
-         (sfa_tma_readable(a) || a.m <= kTileScaleCopyMaxRows) && aligned16(a.a) &&
+         (sfa_tma_readable(a.sfa, a.sfa_ld) || a.m <= kTileScaleCopyMaxRows) && aligned16(a.a) &&
          aligned16(a.b) && aligned16(a.d);
 }
 
@@ -854,7 +850,7 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   const int sfa_box = a.m < C::BM ? (a.m + 3) / 4 * 4 : C::BM;
   // An a_scale that TMA cannot read is copied by the producer (Params::sfa_copy); its map is then A's,
   // prefetched and never loaded.
-  const bool sfa_tma = sfa_tma_readable(a);
+  const bool sfa_tma = sfa_tma_readable(a.sfa, a.sfa_ld);
   if (!make_map_2d(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m, a.k, a.lda, a_rows, kBlockK,
                    CU_TENSOR_MAP_SWIZZLE_128B) ||
       !make_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, a.n, a.k, a.ldb, C::BN, kBlockK,
@@ -880,7 +876,6 @@ cudaError_t run(const KernelArgs& a, void* workspace, size_t workspace_size, cud
   if (!sfa_tma) {
     p.sfa_copy = a.sfa;
     p.sfa_copy_ld = a.sfa_ld;
-    p.sfa_copy_rows = a.m;
   }
   // Not after a flag memset: that is not a kernel to overlap.
   cudaLaunchAttribute attrs[2];
@@ -898,7 +893,8 @@ template <class C>
 cudaError_t run_experts(const ExpertArgs& e, cudaStream_t stream) {
   static_assert(C::kGrouped, "an expert-GEMM configuration");
   const KernelArgs& a = e.base;
-  if (!can_implement<C>(a) || !sfa_tma_readable(a) || a.n % 8 != 0 || e.experts < 1 || e.segments == nullptr)
+  if (!can_implement<C>(a) || !sfa_tma_readable(a.sfa, a.sfa_ld) || a.n % 8 != 0 || e.experts < 1 ||
+      e.segments == nullptr)
     return cudaErrorInvalidValue;
   const int64_t kb = (a.k + kBlockK - 1) / kBlockK;
   CUtensorMap ma, mb, msfa, md;
