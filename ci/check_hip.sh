@@ -3,7 +3,8 @@
 # the device assembly (with its AMDGPU metadata: VGPR/AGPR/SGPR counts, LDS, scratch, spills).
 #
 #   ci/check_hip.sh [OUT_DIR]      (default: a fresh temp dir, printed at the end; HIP_STD=c++20 overrides the
-#                                   standard kernel-builder would use with the installed torch)
+#                                   standard kernel-builder would use with the installed torch; HIP_UNITS names a
+#                                   subset of the units, HIP_ASM_ONLY=1 skips the object pass, JOBS the parallelism)
 #
 # The units are the .hip sources of build.toml's [kernel.gemm_rocm], compiled from the staged Nix
 # source set (tools/kbuild stage: only the files build.toml lists) with that section's include roots
@@ -62,16 +63,46 @@ while IFS= read -r f; do
 done < <("$py" "$repo/tools/kbuild" flags "$kernel_dir" gemm_rocm --stage "$stage" --lang hip)
 flags=(-x hip --offload-arch=gfx942 -O3 -Wall -Wextra -Werror --rocm-device-lib-path="$devlib" "${rules[@]}")
 
-status=0
 units=()
 while IFS= read -r u; do [[ "$u" == *.hip ]] && units+=("$stage/$u"); done < <("$py" "$repo/tools/kbuild" sources "$kernel_dir" gemm_rocm)
 [[ ${#units[@]} -gt 0 ]] || { echo "check_hip.sh: [kernel.gemm_rocm] lists no .hip source" >&2; exit 1; }
+if [[ -n "${HIP_UNITS:-}" ]]; then  # a subset by name (e.g. HIP_UNITS=gemm_launcher), for checks that need only that
+  picked=()
+  for unit in "${units[@]}"; do [[ " $HIP_UNITS " == *" $(basename "$unit" .hip) "* ]] && picked+=("$unit"); done
+  [[ ${#picked[@]} -gt 0 ]] || { echo "check_hip.sh: HIP_UNITS=$HIP_UNITS names no .hip source of [kernel.gemm_rocm]" >&2; exit 1; }
+  units=("${picked[@]}")
+fi
+# One job per unit and pass (the device assembly; the host + device object unless HIP_ASM_ONLY=1), $JOBS at once
+# (default: the number of cores); each job's compiler output is printed after all have run, in unit order.
+tasks=()
 for unit in "${units[@]}"; do
+  tasks+=("asm $unit")
+  [[ "${HIP_ASM_ONLY:-0}" == 1 ]] || tasks+=("obj $unit")
+done
+compile_one() {  # <asm|obj> <unit>: writes $work/<name>.<kind>.log and, on failure, $work/<name>.<kind>.failed
+  local kind=$1 unit=$2 name
   name="$(basename "$unit" .hip)"
-  echo "== $name.hip: device assembly (gfx942)"
-  if ! "$CLANG" "${flags[@]}" --cuda-device-only -S "$unit" -o "$out_dir/$name.gfx942.s"; then status=1; continue; fi
-  echo "== $name.hip: host + device object"
-  if ! "$CLANG" "${flags[@]}" -fPIC -c "$unit" -o "$work/$name.o"; then status=1; continue; fi
+  if [[ "$kind" == asm ]]; then
+    "$CLANG" "${flags[@]}" --cuda-device-only -S "$unit" -o "$out_dir/$name.gfx942.s" > "$work/$name.asm.log" 2>&1 ||
+      touch "$work/$name.asm.failed"
+  else
+    "$CLANG" "${flags[@]}" -fPIC -c "$unit" -o "$work/$name.o" > "$work/$name.obj.log" 2>&1 || touch "$work/$name.obj.failed"
+  fi
+}
+running=0
+for task in "${tasks[@]}"; do
+  compile_one $task &
+  running=$((running + 1))
+  if [[ $running -ge ${JOBS:-$(nproc)} ]]; then wait -n || true; running=$((running - 1)); fi
+done
+wait
+status=0
+for task in "${tasks[@]}"; do
+  read -r kind unit <<< "$task"
+  name="$(basename "$unit" .hip)"
+  if [[ "$kind" == asm ]]; then echo "== $name.hip: device assembly (gfx942)"; else echo "== $name.hip: host + device object"; fi
+  cat "$work/$name.$kind.log"
+  if [[ -e "$work/$name.$kind.failed" ]]; then echo "== $name.hip: FAILED"; status=1; fi
 done
 echo "assembly in: $out_dir"
 exit $status

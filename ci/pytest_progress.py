@@ -1,7 +1,8 @@
 """pytest plugin for ci/test.sh (`-p pytest_progress` with ci/ on PYTHONPATH): progress lines instead of dots.
 
 One line when a test file starts and one when it ends (counts and time); inside a file a line at least every
-20 s (tests done so far), and while a single test runs longer than that, a line every 20 s naming it. So no
+20 s (tests done so far), and while a single test runs longer than that, a line every 20 s naming it
+($PYTEST_PROGRESS_INTERVAL_S sets the 20). So no
 stretch of a long run is silent, and the log says which file took the time. Failures and errors keep pytest's
 own report at the end.
 """
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-INTERVAL = 20.0
+INTERVAL = float(os.environ.get("PYTEST_PROGRESS_INTERVAL_S", "20"))
 # The terminal as it is when `-p` imports this module, before pytest captures fd 1 around each test: the line the
 # background thread prints while a long test runs must not land in that test's captured output.
 try:
@@ -45,7 +46,7 @@ class Progress:
             self.last_line = time.monotonic()
 
     def _heartbeat(self):
-        while not self.stop.wait(2.0):
+        while not self.stop.wait(min(2.0, INTERVAL / 2)):
             now = time.monotonic()
             current = self.current
             if current is not None and now - self.last_line >= INTERVAL and now - self.current_start >= INTERVAL:

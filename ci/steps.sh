@@ -15,8 +15,9 @@ step() {
   local prefix=$1 name=$2 rc=0 t0=$EPOCHREALTIME dt
   shift 2
   echo "[$prefix] $name"
-  # A line every 25 s while the step runs, so that no step is silent for long (its own lines come in between).
-  ( while sleep 25; do
+  # A line every $STEP_TICK_S s (default 25) while the step runs, so that no step is silent for long (its own lines
+  # come in between).
+  ( while sleep "${STEP_TICK_S:-25}"; do
       echo "  ... $name: running for $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
     done ) &
   local ticker=$!

@@ -4,8 +4,8 @@ torch's BuildExtension runs ``ninja -v``, which reports an edge only once it has
 command line. Here ninja's output is read instead and its compile commands are watched as they start (the
 processes ninja spawns, from /proc): each becomes ``kbuild: [n/total] compiling <file>`` (the file relative to the
 staged source set), and whatever else ninja or a compiler prints (warnings, errors) passes through. While nothing
-else is printed, a line every 20 s names the files still compiling. Where /proc has no list of a process's
-children the line comes when the file is done. ``KBUILD_VERBOSE=1`` also prints the full command lines.
+else is printed, a line every ``STILL_COMPILING_EVERY_S`` (20 s) names the files still compiling. Where /proc has no
+list of a process's children the line comes when the file is done. ``KBUILD_VERBOSE=1`` also prints the full command lines.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 
 _STATUS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
 _SOURCE = re.compile(r"(?:^| )-c ([^-\s]\S*)")
+STILL_COMPILING_EVERY_S = 20.0
 
 
 def _short(path: str) -> str:
@@ -84,7 +85,7 @@ def run_ninja(build_directory: str, verbose: bool, error_prefix: str) -> None:
             running = _children(proc.pid) or []
             for cmd in running:
                 announce(cmd)
-            if time.monotonic() - last_line[0] >= 20:
+            if time.monotonic() - last_line[0] >= STILL_COMPILING_EVERY_S:
                 names = [_short(m.group(1)) for m in map(_SOURCE.search, running) if m]
                 with lock:
                     print(f"kbuild: still compiling {', '.join(names) or '...'} ({time.monotonic() - start:.0f} s)",
