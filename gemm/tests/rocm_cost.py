@@ -16,12 +16,16 @@ The model and its constants are described in gemm/docs/rocm_gfx942.md ("Cost mod
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 import rocm_asm
 
@@ -378,23 +382,45 @@ def split_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, split_
                  "reduce" if reduce else "", tiles * split if split > 1 else 0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Schedule:
-    """The kernel's work decomposition for one GemmConfig, as make_plan normalises it."""
+    """The kernel's work decomposition for one GemmConfig, as make_plan normalises it. Per stream-K
+    workgroup v < sk_workgroups: iterations [run_first[v], run_end[v]) over the stream-K tiles, i.e.
+    tiles run_tile_first[v]..run_tile_last[v]; then whole tiles v, v + grid, ... of the others."""
     workgroups: int       # GemmConfig::workgroups (0: one per tile)
     sk_workgroups: int    # 0 when there is no stream-K tile
     grid: int
     sk_tiles: int
-    runs: list            # per stream-K workgroup: [first, end) of its iterations over the stream-K tiles
-    contributors: list    # per stream-K tile: workgroups covering it
-    dp: list              # per workgroup: whole tiles it takes after its stream-K run
+    k_blocks: int
+    run_first: np.ndarray
+    run_end: np.ndarray
+    contributors: np.ndarray  # per stream-K tile: workgroups covering it
+    dp_tiles: int         # whole tiles, dealt round-robin to the grid
+    steps: int            # K steps of the busiest workgroup
+
+    @property
+    def run_tile_first(self) -> np.ndarray:
+        return self.run_first // self.k_blocks
+
+    @property
+    def run_tile_last(self) -> np.ndarray:
+        return (self.run_end - 1) // self.k_blocks
+
+    def dp(self, v) -> np.ndarray | int:
+        """Whole tiles workgroup v (an index or an array of them) takes."""
+        return self.dp_tiles // self.grid + (v < self.dp_tiles % self.grid)
 
 
 def schedule(m: int, n: int, k: int, kernel: dict, workgroups: int, sk_workgroups: int = 0) -> Schedule:
     """gemm_rocm_plan.h make_plan + gemm_rocm_kernels.h: W workgroups; the tiles past the last whole
     wave of W (all of them when there are at most W) are stream-K tiles dealt in equal runs to the
     first sk_workgroups; workgroup v then takes whole tiles v, v + W, ... of the others."""
-    tiles = math.ceil(m / kernel["block_m"]) * math.ceil(n / kernel["block_n"])
+    return _schedule(m, n, k, kernel["block_m"], kernel["block_n"], workgroups, sk_workgroups)
+
+
+@functools.lru_cache(maxsize=None)  # the tuning search and both bounds ask for the same schedules
+def _schedule(m: int, n: int, k: int, block_m: int, block_n: int, workgroups: int, sk_workgroups: int) -> Schedule:
+    tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
     kb = math.ceil(k / 128)
     w = min(max(workgroups, 0), tiles * kb)
     sk, skw = 0, 0
@@ -412,14 +438,16 @@ def schedule(m: int, n: int, k: int, kernel: dict, workgroups: int, sk_workgroup
         skw = 0
     grid = w or tiles
     iters = sk * kb
-    runs = [(v * iters // skw, (v + 1) * iters // skw) for v in range(skw)]
-    contributors = [0] * sk
-    for b, e in runs:
-        for t in range(b // kb, (e - 1) // kb + 1):
-            contributors[t] += 1
-    dp_tiles = tiles - sk
-    dp = [len(range(v, dp_tiles, grid)) for v in range(grid)]
-    return Schedule(w, skw, grid, sk, runs, contributors, dp)
+    v = np.arange(skw, dtype=np.int64)
+    first, end = v * iters // max(skw, 1), (v + 1) * iters // max(skw, 1)
+    covered = np.zeros(sk + 1, dtype=np.int64)  # +1 at each run's first tile, -1 past its last
+    np.add.at(covered, first // kb, 1)
+    np.add.at(covered, (end - 1) // kb + 1, -1)
+    sch = Schedule(w, skw, grid, sk, kb, first, end, np.cumsum(covered)[:sk], tiles - sk, 0)
+    steps = int((end - first + sch.dp(v) * kb).max()) if skw else 0
+    if skw < grid:  # the workgroups past the stream-K ones: the first of them takes the most whole tiles
+        steps = max(steps, int(sch.dp(skw)) * kb)
+    return dataclasses.replace(sch, steps=steps)
 
 
 def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workgroups: int, vgpr_total: int,
@@ -447,20 +475,18 @@ def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workgr
     kb = math.ceil(k / 128)
     bm, bn = kernel["block_m"], kernel["block_n"]
     slot, tile_out = 4 * bm * bn, 2 * bm * bn
-    steps = max((sch.runs[v][1] - sch.runs[v][0] if v < len(sch.runs) else 0) + sch.dp[v] * kb
-                for v in range(sch.grid))
-    occ, w, resident, mfma, valu, lds = _pass_terms(kernel, counts, sch.grid, steps, vgpr_total)
+    occ, w, resident, mfma, valu, lds = _pass_terms(kernel, counts, sch.grid, sch.steps, vgpr_total)
     c = sch.contributors
-    shared = [t for t in range(sch.sk_tiles) if c[t] > 1]
-    written = sum(c[t] * slot for t in shared)
-    read = sum((c[t] - 1) * slot for t in shared)
-    per_wg, tail = 0, set()
-    for v, (b, e) in enumerate(sch.runs):
-        mine = list(range(b // kb, (e - 1) // kb + 1))
-        per_wg = max(per_wg, sum(slot + (c[t] - 1) * slot + tile_out for t in mine if c[t] > 1))
-        if sch.dp[v] == 0 and len(mine) <= 2:  # its run ends with its last stream-K tile
-            tail.add(mine[-1])
-    tail = [t for t in tail if c[t] > 1]
+    shared = [int(t) for t in np.flatnonzero(c > 1)]
+    written = int(c[c > 1].sum()) * slot
+    read = int((c[c > 1] - 1).sum()) * slot
+    # Per stream-K workgroup: the hand-off bytes of the shared tiles of its run (a prefix sum over tiles).
+    tile_bytes = np.concatenate(([0], np.cumsum(np.where(c > 1, c * slot + tile_out, 0))))
+    t0, t1 = sch.run_tile_first, sch.run_tile_last
+    per_wg = max(0, int((tile_bytes[t1 + 1] - tile_bytes[t0]).max())) if sch.sk_workgroups else 0
+    v = np.arange(sch.sk_workgroups)
+    ends_with_handoff = (sch.dp(v) == 0) & (t1 - t0 + 1 <= 2)  # its run ends with its last stream-K tile
+    tail = [int(t) for t in np.unique(t1[ends_with_handoff]) if c[t] > 1]
     inputs, out = input_bytes(m, n, k), 2 * m * n
     if inputs + written <= MALL_BYTES:
         hbm, mall = inputs + out, inputs + written + read + out
@@ -469,10 +495,10 @@ def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workgr
     after = 0.0
     if shared:
         per_cu = w * per_wg / VL1D_BYTES_PER_CLK_PER_CU / CLOCK_HZ * 1e6
-        tail_us = (sum((c[t] - 1) * slot for t in tail) / MALL_BYTES_PER_S
+        tail_us = (sum(int(c[t] - 1) * slot for t in tail) / MALL_BYTES_PER_S
                    + len(tail) * tile_out / HBM_BYTES_PER_S) * 1e6
         after = max(per_cu, tail_us) + 4 * sch.sk_tiles / HBM_BYTES_PER_S * 1e6
-    whole = sum(sch.dp)
+    whole = sch.dp_tiles
     label = f"{sch.grid}: {sch.sk_tiles} stream-K tiles over {sch.sk_workgroups}"
     label += f", {whole} whole" if whole else ""
     if not sch.sk_tiles:
@@ -549,13 +575,7 @@ def honest_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workg
     kb = math.ceil(k / 128)
     waves = kernel["threads"] // 64
     occ = rocm_asm.waves_per_simd(vgpr_total, kernel["lds_bytes"], kernel["threads"])
-    if sch.workgroups == 0:
-        steps = kb
-        grid = sch.grid
-    else:
-        grid = sch.grid
-        steps = max((sch.runs[v][1] - sch.runs[v][0] if v < len(sch.runs) else 0) + sch.dp[v] * kb
-                    for v in range(grid))
+    grid, steps = sch.grid, sch.steps
     w = math.ceil(grid / NUM_CUS)
     simd_waves = math.ceil(w * waves / SIMDS_PER_CU)
     resident = max(1, min(int(occ["waves_per_simd"]), simd_waves))
@@ -568,19 +588,19 @@ def honest_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workg
     issue = rounds * steps * per_round * to_us
     l2_bytes = sum_steps(sch, kb) * waves * counts.global_read_bytes
     l2 = l2_bytes / (L2_CHANNELS * L2_BYTES_PER_CLK_PER_CHANNEL * CLOCK_HZ) * 1e6
-    shared = [t for t in range(sch.sk_tiles) if sch.contributors[t] > 1]
+    shared = np.flatnonzero(sch.contributors > 1)
     fence = 0.0
     passes = 1
-    if shared:
+    if len(shared):
         passes = 2
         wbl2, inv, atomics = fences
         slot_wave = 4 * kernel["block_m"] * kernel["block_n"] // max(1, kernel["waves_m"] * kernel["waves_n"])
         per_handoff = (wbl2 * (VMEM_LATENCY + slot_wave / VL1D_BYTES_PER_CLK_PER_CU) + inv * VMEM_LATENCY
                        + atomics * 2 * VMEM_LATENCY)
-        handoffs = max(sum(1 for t in range((b // kb), (e - 1) // kb + 1) if sch.contributors[t] > 1)
-                       for b, e in sch.runs)
+        shared_before = np.concatenate(([0], np.cumsum(sch.contributors > 1)))  # per run: its shared tiles
+        handoffs = int((shared_before[sch.run_tile_last + 1] - shared_before[sch.run_tile_first]).max())
         fence = w * handoffs * per_handoff * to_us
-    fixup = old.after_us - (4 * sch.sk_tiles / HBM_BYTES_PER_S * 1e6 if shared else 0.0)
+    fixup = old.after_us - (4 * sch.sk_tiles / HBM_BYTES_PER_S * 1e6 if len(shared) else 0.0)
     return Honest(m, n, k, kernel["name"], old.decomposition, grid, resident, path, mfma, issue, old.lds_us, l2,
                   old.hbm_us, old.mall_us, max(0.0, fixup), fence, passes * DISPATCH_US,
                   sch.workgroups, sch.sk_workgroups)
@@ -590,7 +610,7 @@ def sum_steps(sch: Schedule, kb: int) -> int:
     """K steps of all workgroups together (each loads its tiles' rows once per step)."""
     if sch.workgroups == 0:
         return sch.grid * kb
-    return sum(e - b for b, e in sch.runs) + sum(sch.dp) * kb
+    return int((sch.run_end - sch.run_first).sum()) + sch.dp_tiles * kb
 
 
 def hand_off_fences(asm_text: str) -> dict:
