@@ -280,7 +280,7 @@ bool tiled_layout(const ExpertGemmProblem& p) {
   return p.format == Fp8Format::kE4M3FN && fits_int32(p) && p.k % 16 == 0 && p.n % 8 == 0 &&
          p.a_stride_s % 16 == 0 && aligned16(p.a) && p.b_stride_k == 1 && p.b_stride_n % 16 == 0 &&
          p.b_stride_e == p.n * p.b_stride_n && aligned16(p.b) && p.b_scale_stride_kb == 1 &&
-         p.a_scale_stride_s == 1 && p.a_scale_stride_kb % 4 == 0 && aligned16(p.a_scale) &&
+         p.a_scale_stride_s == 1 && sm90::sfa_tma_readable(p.a_scale, p.a_scale_stride_kb) &&
          p.out_stride_s == p.n && aligned16(p.out);
 }
 
