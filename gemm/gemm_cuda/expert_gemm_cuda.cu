@@ -268,7 +268,7 @@ struct Plan {
   int64_t sfa_ld = 0;  // sorted a_scale's row stride per K block (batched, tiled)
 };
 
-bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
+using sm90::aligned16;
 
 bool fits_int32(const ExpertGemmProblem& p) {
   constexpr int64_t kMax = INT32_MAX;

@@ -34,7 +34,7 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 constexpr size_t align256(size_t x) { return (x + 255) & ~size_t{255}; }
 
-using prep::aligned16;
+using sm90::aligned16;
 
 // Tuned configurations of the 18 challenge benchmark shapes: the fastest correct configuration per
 // shape on an H200 (median kernel time, L2 flushed, K-major inputs). Produced and checked by

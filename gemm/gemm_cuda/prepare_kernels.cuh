@@ -284,9 +284,6 @@ __device__ __forceinline__ bool convert_tile_generic(const OperandJob& job, int6
   return special;
 }
 
-// Also used by the host-side launcher (gemm_cuda.cu) for its TMA alignment rules.
-__host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 enum class Path { kTranspose, kKMajorCopy, kGeneric };
 
 __host__ __device__ __forceinline__ Path path_of(const OperandJob& j) {

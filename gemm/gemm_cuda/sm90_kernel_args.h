@@ -15,10 +15,11 @@ namespace fp8gemm::cuda::sm90 {
 // K block, instead of the launcher copying it into a TMA layout first (one kernel more).
 constexpr int kTileScaleCopyMaxRows = 16;
 
+// TMA (and the launchers' vectorised copies) need 16-byte aligned base addresses.
+inline bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
+
 // An a_scale that TMA reads: a 16-byte aligned base and K-block stride (ld in floats).
-inline bool sfa_tma_readable(const float* sfa, int64_t ld) {
-  return ld % 4 == 0 && (reinterpret_cast<uintptr_t>(sfa) & 15u) == 0;
-}
+inline bool sfa_tma_readable(const float* sfa, int64_t ld) { return ld % 4 == 0 && aligned16(sfa); }
 
 // How a Stream-K-capable kernel splits its work (mirrors CUTLASS's DecompositionMode).
 enum class Decomposition : int32_t { kDataParallel = 0, kSplitK = 1, kStreamK = 2, kHeuristic = 3 };

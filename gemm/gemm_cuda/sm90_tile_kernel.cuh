@@ -767,8 +767,6 @@ size_t zeroed_bytes(const KernelArgs& a) {
   return flags_bytes<C>(plan_split<C>(a));
 }
 
-inline bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
-
 template <class C>
 bool can_implement(const KernelArgs& a) {
   // K-major fp8 operands with 16-byte rows, MN-major a_scale with a 16-byte K-block stride (any stride up to
