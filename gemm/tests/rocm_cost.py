@@ -16,7 +16,6 @@ The model and its constants are described in gemm/docs/rocm_gfx942.md ("Cost mod
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -396,7 +395,6 @@ class Schedule:
     run_end: np.ndarray
     contributors: np.ndarray  # per stream-K tile: workgroups covering it
     dp_tiles: int         # whole tiles, dealt round-robin to the grid
-    steps: int            # K steps of the busiest workgroup
 
     @property
     def run_tile_first(self) -> np.ndarray:
@@ -409,6 +407,21 @@ class Schedule:
     def dp(self, v) -> np.ndarray | int:
         """Whole tiles workgroup v (an index or an array of them) takes."""
         return self.dp_tiles // self.grid + (v < self.dp_tiles % self.grid)
+
+    def per_run(self, per_tile: np.ndarray) -> np.ndarray:
+        """Per stream-K workgroup: the sum of per_tile (one value per stream-K tile) over its run's tiles."""
+        before = np.concatenate(([0], np.cumsum(per_tile)))
+        return before[self.run_tile_last + 1] - before[self.run_tile_first]
+
+    @functools.cached_property
+    def steps(self) -> int:
+        """K steps of the busiest workgroup: its stream-K run and whole tiles; past the stream-K workgroups, the
+        first takes the most whole tiles."""
+        v = np.arange(self.sk_workgroups)
+        steps = int((self.run_end - self.run_first + self.dp(v) * self.k_blocks).max()) if self.sk_workgroups else 0
+        if self.sk_workgroups < self.grid:
+            steps = max(steps, int(self.dp(self.sk_workgroups)) * self.k_blocks)
+        return steps
 
 
 def schedule(m: int, n: int, k: int, kernel: dict, workgroups: int, sk_workgroups: int = 0) -> Schedule:
@@ -443,11 +456,7 @@ def _schedule(m: int, n: int, k: int, block_m: int, block_n: int, workgroups: in
     covered = np.zeros(sk + 1, dtype=np.int64)  # +1 at each run's first tile, -1 past its last
     np.add.at(covered, first // kb, 1)
     np.add.at(covered, (end - 1) // kb + 1, -1)
-    sch = Schedule(w, skw, grid, sk, kb, first, end, np.cumsum(covered)[:sk], tiles - sk, 0)
-    steps = int((end - first + sch.dp(v) * kb).max()) if skw else 0
-    if skw < grid:  # the workgroups past the stream-K ones: the first of them takes the most whole tiles
-        steps = max(steps, int(sch.dp(skw)) * kb)
-    return dataclasses.replace(sch, steps=steps)
+    return Schedule(w, skw, grid, sk, kb, first, end, np.cumsum(covered)[:sk], tiles - sk)
 
 
 def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workgroups: int, vgpr_total: int,
@@ -477,15 +486,15 @@ def shape_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workgr
     slot, tile_out = 4 * bm * bn, 2 * bm * bn
     occ, w, resident, mfma, valu, lds = _pass_terms(kernel, counts, sch.grid, sch.steps, vgpr_total)
     c = sch.contributors
-    shared = [int(t) for t in np.flatnonzero(c > 1)]
-    written = int(c[c > 1].sum()) * slot
-    read = int((c[c > 1] - 1).sum()) * slot
-    # Per stream-K workgroup: the hand-off bytes of the shared tiles of its run (a prefix sum over tiles).
-    tile_bytes = np.concatenate(([0], np.cumsum(np.where(c > 1, c * slot + tile_out, 0))))
+    is_shared = c > 1
+    shared = bool(is_shared.any())
+    written = int(c[is_shared].sum()) * slot
+    read = int((c[is_shared] - 1).sum()) * slot
+    # Per stream-K workgroup: the hand-off bytes of the shared tiles of its run.
+    per_wg = max(0, int(sch.per_run(np.where(is_shared, c * slot + tile_out, 0)).max())) if sch.sk_workgroups else 0
     t0, t1 = sch.run_tile_first, sch.run_tile_last
-    per_wg = max(0, int((tile_bytes[t1 + 1] - tile_bytes[t0]).max())) if sch.sk_workgroups else 0
-    v = np.arange(sch.sk_workgroups)
-    ends_with_handoff = (sch.dp(v) == 0) & (t1 - t0 + 1 <= 2)  # its run ends with its last stream-K tile
+    # Workgroups whose run ends with their last stream-K tile (no whole tile after it).
+    ends_with_handoff = (sch.dp(np.arange(sch.sk_workgroups)) == 0) & (t1 - t0 + 1 <= 2)
     tail = [int(t) for t in np.unique(t1[ends_with_handoff]) if c[t] > 1]
     inputs, out = input_bytes(m, n, k), 2 * m * n
     if inputs + written <= MALL_BYTES:
@@ -588,19 +597,18 @@ def honest_bound(m: int, n: int, k: int, kernel: dict, counts: StepCounts, workg
     issue = rounds * steps * per_round * to_us
     l2_bytes = sum_steps(sch, kb) * waves * counts.global_read_bytes
     l2 = l2_bytes / (L2_CHANNELS * L2_BYTES_PER_CLK_PER_CHANNEL * CLOCK_HZ) * 1e6
-    shared = np.flatnonzero(sch.contributors > 1)
+    shared = bool((sch.contributors > 1).any())
     fence = 0.0
     passes = 1
-    if len(shared):
+    if shared:
         passes = 2
         wbl2, inv, atomics = fences
         slot_wave = 4 * kernel["block_m"] * kernel["block_n"] // max(1, kernel["waves_m"] * kernel["waves_n"])
         per_handoff = (wbl2 * (VMEM_LATENCY + slot_wave / VL1D_BYTES_PER_CLK_PER_CU) + inv * VMEM_LATENCY
                        + atomics * 2 * VMEM_LATENCY)
-        shared_before = np.concatenate(([0], np.cumsum(sch.contributors > 1)))  # per run: its shared tiles
-        handoffs = int((shared_before[sch.run_tile_last + 1] - shared_before[sch.run_tile_first]).max())
+        handoffs = int(sch.per_run(sch.contributors > 1).max())  # shared tiles of the busiest run
         fence = w * handoffs * per_handoff * to_us
-    fixup = old.after_us - (4 * sch.sk_tiles / HBM_BYTES_PER_S * 1e6 if len(shared) else 0.0)
+    fixup = old.after_us - (4 * sch.sk_tiles / HBM_BYTES_PER_S * 1e6 if shared else 0.0)
     return Honest(m, n, k, kernel["name"], old.decomposition, grid, resident, path, mfma, issue, old.lds_us, l2,
                   old.hbm_us, old.mall_us, max(0.0, fixup), fence, passes * DISPATCH_US,
                   sch.workgroups, sch.sk_workgroups)
