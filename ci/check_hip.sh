@@ -89,11 +89,11 @@ compile_one() {  # <asm|obj> <unit>: writes $work/<name>.<kind>.log and, on fail
     "$CLANG" "${flags[@]}" -fPIC -c "$unit" -o "$work/$name.o" > "$work/$name.obj.log" 2>&1 || touch "$work/$name.obj.failed"
   fi
 }
-running=0
+jobs="${JOBS:-$(nproc)}" running=0
 for task in "${tasks[@]}"; do
   compile_one $task &
   running=$((running + 1))
-  if [[ $running -ge ${JOBS:-$(nproc)} ]]; then wait -n || true; running=$((running - 1)); fi
+  if [[ $running -ge $jobs ]]; then wait -n || true; running=$((running - 1)); fi
 done
 wait
 status=0

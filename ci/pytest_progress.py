@@ -2,9 +2,8 @@
 
 One line when a test file starts and one when it ends (counts and time); inside a file a line at least every
 20 s (tests done so far), and while a single test runs longer than that, a line every 20 s naming it
-($PYTEST_PROGRESS_INTERVAL_S sets the 20). So no
-stretch of a long run is silent, and the log says which file took the time. Failures and errors keep pytest's
-own report at the end.
+($PYTEST_PROGRESS_INTERVAL_S sets the 20). So no stretch of a long run is silent, and the log says which file
+took the time. Failures and errors keep pytest's own report at the end.
 """
 
 import os

@@ -4,8 +4,9 @@ torch's BuildExtension runs ``ninja -v``, which reports an edge only once it has
 command line. Here ninja's output is read instead and its compile commands are watched as they start (the
 processes ninja spawns, from /proc): each becomes ``kbuild: [n/total] compiling <file>`` (the file relative to the
 staged source set), and whatever else ninja or a compiler prints (warnings, errors) passes through. While nothing
-else is printed, a line every ``STILL_COMPILING_EVERY_S`` (20 s) names the files still compiling. Where /proc has no
-list of a process's children the line comes when the file is done. ``KBUILD_VERBOSE=1`` also prints the full command lines.
+else is printed, a line every ``STILL_COMPILING_EVERY_S`` (20 s) names the files still compiling. Where /proc has
+no list of a process's children the line comes when the file is done. ``KBUILD_VERBOSE=1`` also prints the full
+command lines.
 """
 
 from __future__ import annotations
